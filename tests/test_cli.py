@@ -1,0 +1,149 @@
+"""The commands, through typer's CliRunner and, for start-up and imports, as real processes."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from tfcalc.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_count_table_shows_exact_totals_and_units():
+    r = run("count", "--preset", "gpt3")
+    assert r.exit_code == 0, r.output
+    assert "174,604,259,328" in r.output and "174.6B" in r.output
+    assert "FLOPs = 2 per multiply-add" in r.output
+    for component in ("attention/qkv", "attention/scores", "attention/values", "attention/out", "mlp/up", "head"):
+        assert component in r.output
+
+
+def test_count_json_has_the_promised_fields():
+    r = run("count", "--preset", "gpt2", "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert d["params"]["total"] == 124_439_808 and d["flops"]["forward"] == 291_648_307_200
+    for key in ("total", "active", "embedding", "non_embedding", "components"):
+        assert key in d["params"]
+    for key in ("forward", "backward", "train_step", "per_token", "forward_causal", "components"):
+        assert key in d["flops"]
+    assert d["macs"]["forward"] * 2 == d["flops"]["forward"]
+    assert d["spec"]["n_layers"] == 12
+    assert run("count", "-p", "gpt2", "--format", "json").output == r.output
+
+
+def test_flags_override_the_preset_and_stay_exact():
+    r = run("count", "-p", "gpt2", "-N", "512", "-B", "8", "--json")
+    d = json.loads(r.output)
+    assert d["spec"]["seq_len"] == 512 and d["spec"]["batch_size"] == 8
+    assert d["spec"]["name"] == "gpt2 (seq_len=512, batch_size=8)"
+    huge = json.loads(run("count", "-L", "10000", "-d", "1024", "-H", "16", "-V", "1000000", "-N", "10000000",
+                          "--json").output)
+    assert huge["flops"]["components"]["attention/scores"] == 10_000 * 16 * 2 * 10**7 * 64 * 10**7
+
+
+def test_spec_from_flags_and_from_file(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text("n_layers = 2\nd_model = 64\nn_heads = 4\nvocab_size = 100\nseq_len = 8\n")
+    a = json.loads(run("count", "--spec", str(path), "--json").output)
+    b = json.loads(run("count", "-L", "2", "-d", "64", "-H", "4", "-V", "100", "-N", "8", "--json").output)
+    assert a["params"] == b["params"] and a["flops"] == b["flops"]
+
+
+def test_csv_and_markdown():
+    rows = dict(csv.reader(io.StringIO(run("count", "-p", "gpt2", "--format", "csv").output)))
+    assert rows["params.total"] == "124439808" and rows["flops.components.head"] == str(2 * 1024 * 768 * 50257)
+    md = run("count", "-p", "gpt2", "--format", "markdown").output
+    assert "| parameters | total | 124,439,808 | 124.4M |" in md
+
+
+def test_compare():
+    r = run("compare", "gpt2", "llama2-7b", "mixtral-8x7b", "--format", "csv")
+    assert r.exit_code == 0, r.output
+    rows = {row[0]: row[1:] for row in csv.reader(io.StringIO(r.output))}
+    assert rows["figure"] == ["gpt2", "llama2-7b", "mixtral-8x7b"]
+    assert rows["params.total"] == ["124439808", "6738415616", "46702792704"]
+    assert rows["params.active"][2] == "12879925248"
+    table = run("compare", "gpt2", "llama2-7b")
+    assert table.exit_code == 0 and "124.4M" in table.output and "6.7B" in table.output
+    same_n = json.loads(run("compare", "gpt2", "bert-base", "--seq-len", "256", "--json").output)
+    assert [m["spec"]["seq_len"] for m in same_n["models"]] == [256, 256]
+
+
+def test_compare_mixes_presets_and_files(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 100, "seq_len": 8}))
+    r = run("compare", "gpt2", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output)["models"]) == 2
+
+
+def test_presets_command():
+    r = run("presets", "--json")
+    d = json.loads(r.output)
+    assert d["gpt3-175b"]["params"]["total"] == 174_604_259_328 and d["gpt3-175b"]["aliases"] == ["gpt3"]
+    assert d["mixtral-8x7b"]["params"]["active"] == 12_879_925_248
+    assert run("presets").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["count", "-p", "gpt5"], "unknown preset 'gpt5'; did you mean"),
+        (["count", "-p", "gpt2", "-N", "2048"], "seq_len=2048 exceeds max_positions=1024"),
+        (["count", "-p", "gpt2", "-L", "0"], "n_layers=0: Input should be greater than 0"),
+        (["count", "-p", "gpt2", "-L", "twelve"], "'twelve' is not an integer"),
+        (["count", "-p", "gpt2", "--n-kv-heads", "5"], "n_kv_heads=5 does not divide n_heads=12"),
+        (["count", "-p", "gpt2", "-d", "770"], "d_model=770 is not divisible by n_heads=12; give d_head"),
+        (["count", "-p", "gpt2", "--top-k", "2"], "top_k=2 is greater than n_experts=1"),
+        (["count", "-p", "gpt2", "--mlp", "swiglu"], "'swiglu' is not one of 'standard', 'gated'"),
+        (["count", "-p", "gpt2", "--spec", "x.toml"], "give --preset or --spec, not both"),
+        (["count", "--spec", "/nonexistent/x.toml"], "/nonexistent/x.toml: no such file"),
+        (["compare", "gpt2", "nope"], "unknown preset 'nope'"),
+        (["count", "--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert message in lines[0] and lines[0].startswith("tfcalc: error: ")
+    assert "Traceback" not in r.output
+
+
+def test_missing_sizes_are_each_named():
+    r = run("count", "-L", "2")
+    assert r.exit_code == 2
+    assert "d_model is required" in r.output and "give --preset NAME, --spec FILE" in r.output
+
+
+def test_version_and_module_entry():
+    assert run("--version").output.strip().startswith("tfcalc ")
+    p = subprocess.run([sys.executable, "-m", "tfcalc", "count", "-p", "gpt2", "--json"], capture_output=True,
+                       text=True, check=True)
+    assert json.loads(p.stdout)["params"]["total"] == 124_439_808
+
+
+def test_count_imports_neither_torch_nor_fvcore():
+    code = ("import sys, io, contextlib\n"
+            "from tfcalc.__main__ import main\n"
+            "sys.argv = ['tfcalc', 'count', '--preset', 'gpt3']\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main()\n    except SystemExit as e:\n        assert e.code == 0, e.code\n"
+            "for cmd in (['compare', 'gpt2', 'llama2-7b'], ['presets']):\n"
+            "    sys.argv = ['tfcalc', *cmd]\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n            main()\n        except SystemExit as e:\n            assert e.code == 0\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'fvcore')))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "[]"

@@ -1,0 +1,51 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tfcalc import ModelSpec, count, load_preset
+
+
+def test_published_estimates_for_gpt2():
+    r = count(load_preset("gpt2"))
+    e = {x.name: x for x in r.estimates}
+    N_nonemb = r.params.total - 50257 * 768 - 1024 * 768  # Kaplan: less vocabulary and position embeddings
+    assert e["kaplan_6n"].value == 6 * N_nonemb * 1024
+    assert e["kaplan_6n"].exact == r.flops.train_step
+    assert e["kaplan_forward"].value == (2 * N_nonemb + 2 * 12 * 1024 * 768) * 1024
+    # nanoGPT's estimate_mfu: N = get_num_params() (less the position table), 6N + 12 L H Q T per token
+    N_palm = r.params.total - 1024 * 768
+    assert e["palm"].value == (6 * N_palm + 12 * 12 * 12 * 64 * 1024) * 1024
+    assert abs(e["palm"].ratio - 1) < 0.001  # matmul weights dominate; biases and norms are the difference
+
+
+def test_moe_estimates_use_active_parameters():
+    r = count(load_preset("mixtral-8x7b"))
+    e = {x.name: x for x in r.estimates}
+    assert e["kaplan_6n"].value == 6 * (r.params.active - r.params.embedding) * r.spec.tokens
+
+
+@given(H=st.integers(1, 16), d_head=st.integers(1, 128), c=st.integers(1, 8), kv=st.sampled_from([1, 0]),
+       gated=st.booleans())
+def test_crossover_is_the_first_n_where_attention_reaches_the_mlp(H, d_head, c, kv, gated):
+    D = H * d_head
+    spec = ModelSpec(n_layers=2, d_model=D, n_heads=H, n_kv_heads=1 if kv else H, d_ff=c * D, vocab_size=5,
+                     seq_len=7, mlp="gated" if gated else "standard", positions="none")
+    n = count(spec).crossover.seq_len
+
+    def attention_minus_mlp(N):
+        f = count(spec.replace(seq_len=N)).flops.components
+        return f.subtotal("attention") - f.subtotal("mlp")
+
+    assert attention_minus_mlp(n) >= 0
+    assert n == 1 or attention_minus_mlp(n - 1) < 0
+
+
+def test_crossover_for_the_seed_block_is_c_minus_2_times_d():
+    # attention 4 N D^2 + 2 N^2 D vs MLP 2 c N D^2 (MACs): equal at N = (c - 2) D
+    assert count(load_preset("gpt2")).crossover.seq_len == 2 * 768
+
+
+def test_non_matmul_is_reported_apart():
+    r = count(load_preset("gpt2"))
+    assert r.non_matmul.total > 0
+    assert r.flops.forward == 291_648_307_200  # unchanged by the estimate
+    assert r.non_matmul["attention/softmax"] == 12 * 12 * 1024 * 1024 * 6

@@ -1,0 +1,45 @@
+import tomllib
+
+import pytest
+
+from tfcalc import TfcalcError, find_preset, list_presets, load_preset
+from tfcalc.presets import preset_dir
+
+EXPECTED = {
+    "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl",
+    "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
+    "bert-base", "bert-large", "llama-7b", "llama-13b", "llama-33b", "llama-65b",
+    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mistral-7b",
+    "mixtral-8x7b", "mixtral-8x22b",
+}
+
+
+def test_every_named_preset_exists_and_says_where_it_comes_from():
+    presets = {p.name: p for p in list_presets()}
+    assert set(presets) == EXPECTED
+    for p in presets.values():
+        assert p.source and p.description
+        assert p.spec.name == p.name
+
+
+def test_alias():
+    assert load_preset("gpt3") == load_preset("gpt3-175b")
+    assert load_preset("GPT2").name == "gpt2"
+
+
+def test_unknown_preset_suggests_the_nearest():
+    with pytest.raises(TfcalcError, match=r"unknown preset 'llama2-8b'; did you mean .*llama2-7b"):
+        find_preset("llama2-8b")
+
+
+def test_default_seq_len_is_the_context_length():
+    contexts = {"gpt2": 1024, "gpt3": 2048, "bert-base": 512, "llama-7b": 2048, "llama2-7b": 4096,
+                "llama3-8b": 8192, "mistral-7b": 8192, "mixtral-8x7b": 32768}
+    assert {name: load_preset(name).seq_len for name in contexts} == contexts
+
+
+def test_preset_files_are_valid_toml_with_a_model_table():
+    for path in preset_dir().glob("*.toml"):
+        doc = tomllib.loads(path.read_text())
+        assert set(doc) <= {"name", "description", "source", "aliases", "model"}
+        assert doc["name"] == path.stem

@@ -1,0 +1,85 @@
+import pytest
+from pydantic import ValidationError
+
+from tfcalc import ModelSpec
+from tfcalc.errors import validation_lines
+
+BASE = dict(n_layers=12, d_model=768, n_heads=12, vocab_size=50257, seq_len=1024)
+
+
+def lines(**fields) -> list[str]:
+    with pytest.raises(ValidationError) as info:
+        ModelSpec(**fields)
+    return validation_lines(info.value)
+
+
+def test_defaults_make_a_gpt_style_decoder():
+    spec = ModelSpec(**BASE)
+    assert (spec.d_head, spec.n_kv_heads, spec.d_ff, spec.max_positions) == (768 // 12, 12, 4 * 768, 1024)
+    assert (spec.batch_size, spec.mlp, spec.norm, spec.norm_position, spec.positions) == (
+        1, "standard", "layernorm", "pre", "learned")
+    assert spec.bias and spec.tie_embeddings and spec.causal and spec.final_norm and spec.lm_head
+    assert spec.n_experts == 1 and spec.d_expert == spec.d_ff
+
+
+def test_d_head_may_differ_from_d_model_over_n_heads():
+    spec = ModelSpec(**{**BASE, "d_model": 770, "d_head": 64})
+    assert spec.d_attn == 12 * 64
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"d_model": 770}, "d_model=770 is not divisible by n_heads=12; give d_head"),
+        ({"n_kv_heads": 5}, "n_kv_heads=5 does not divide n_heads=12"),
+        ({"n_experts": 8, "top_k": 9}, "top_k=9 is greater than n_experts=8"),
+        ({"top_k": 2}, "top_k=2 is greater than n_experts=1"),
+        ({"n_layers": 0}, "n_layers=0: Input should be greater than 0"),
+        ({"d_model": -768}, "d_model=-768: Input should be greater than 0"),
+        ({"seq_len": 12.5}, "seq_len=12.5: Input should be a valid integer"),
+        ({"vocab_size": "50257"}, "vocab_size='50257': Input should be a valid integer"),
+        ({"bias": 1}, "bias=1: Input should be a valid boolean"),
+        ({"seq_len": 2048, "max_positions": 1024}, "seq_len=2048 exceeds max_positions=1024"),
+        ({"positions": "rotary", "max_positions": 1024}, "max_positions=1024 is only for learned positions"),
+        ({"mlp": "swiglu"}, "mlp='swiglu': Input should be 'standard' or 'gated'"),
+        ({"n_shared_experts": 1}, "n_shared_experts=1 needs a mixture of experts"),
+        ({"dropout": 0.1}, "dropout=0.1: unknown field"),
+    ],
+)
+def test_invalid_specs_are_refused_naming_field_and_value(change, expected):
+    problems = lines(**{**BASE, **change})
+    assert len(problems) == 1
+    assert problems[0].startswith(expected), problems
+
+
+def test_several_problems_give_one_line_each():
+    problems = lines(**{**BASE, "d_model": 770, "n_kv_heads": 5})
+    assert problems == ["d_model=770 is not divisible by n_heads=12; give d_head",
+                        "n_kv_heads=5 does not divide n_heads=12"]
+
+
+def test_missing_field_is_named():
+    assert lines(n_layers=1) == [f"{f} is required" for f in ("d_model", "n_heads", "vocab_size", "seq_len")]
+
+
+def test_frozen():
+    spec = ModelSpec(**BASE)
+    with pytest.raises(ValidationError):
+        spec.seq_len = 2048
+
+
+def test_replace_validates_and_rederives_defaults():
+    spec = ModelSpec(**BASE)
+    wider = spec.replace(d_model=1024, n_heads=16)
+    assert (wider.d_head, wider.d_ff) == (64, 4096)
+    assert spec.model_copy(update={"seq_len": 512}).max_positions == 512
+    with pytest.raises(ValidationError):
+        spec.replace(n_kv_heads=5)
+    pinned = ModelSpec(**BASE, max_positions=1024)
+    with pytest.raises(ValidationError, match="exceeds max_positions"):
+        pinned.model_copy(update={"seq_len": 8192})
+
+
+def test_huge_sizes_stay_exact_integers():
+    spec = ModelSpec(n_layers=10_000, d_model=10**6, n_heads=1000, vocab_size=10**6, seq_len=10**7)
+    assert spec.max_positions == 10**7 and isinstance(spec.d_head, int)

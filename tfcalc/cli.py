@@ -1,0 +1,271 @@
+"""The tfcalc command line: a thin shell over the library. The only place that prints, exits, or turns errors
+into messages (one line per problem on stderr, exit code 2)."""
+
+
+import enum
+import functools
+import inspect
+import os
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from pydantic import ValidationError
+from typer.core import TyperGroup
+
+from . import __version__, render
+from .counts import CountResult, count
+from .errors import TfcalcError, validation_lines
+from .loading import read_spec_file
+from .presets import find_preset, list_presets
+from .render import Format
+from .spec import ModelSpec
+
+EXIT_BAD_INPUT = 2
+
+try:  # typer >= 0.26 vendors click; its usage errors derive from TyperException
+    from typer import TyperException as _CliError
+except ImportError:  # older typer on top of click
+    from click import ClickException as _CliError
+
+
+class _Group(TyperGroup):
+    """Runs commands with click's standalone mode off, so that every error is reported here, as one line per
+    problem: click's usage errors, TfcalcError and pydantic's ValidationError."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D102
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            _fail(["aborted"], 1)
+        except _CliError as e:  # click's usage errors: bad flag, bad value, missing argument
+            _fail([e.format_message().replace("Value error, ", "")], getattr(e, "exit_code", EXIT_BAD_INPUT))
+        except (TfcalcError, ValidationError) as e:
+            _fail(validation_lines(e) if isinstance(e, ValidationError) else str(e).splitlines(), EXIT_BAD_INPUT)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(lines: list[str], code: int) -> typing.NoReturn:
+    for line in lines:
+        typer.echo(f"tfcalc: error: {line}", err=True)
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="Exact parameter and FLOP counts of transformers (FLOPs = 2 per multiply-add; MACs shown beside).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tfcalc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    """Exact parameter and FLOP counts of transformers."""
+
+
+# ---- spec flags, generated from ModelSpec's fields ------------------------------------------------
+
+_SHORT = {"n_layers": "-L", "d_model": "-d", "n_heads": "-H", "vocab_size": "-V", "seq_len": "-N",
+          "batch_size": "-B", "n_experts": "-E"}
+_PANEL = "Model spec (override --preset / --spec)"
+
+
+def _unwrap(annotation: Any) -> Any:
+    """int | None -> int; Annotated[int, ...] -> int; Literal['a', 'b'] stays."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
+    flag = "--" + name.replace("_", "-")
+    kind = _unwrap(field.annotation)
+    decls = [flag, *([_SHORT[name]] if name in _SHORT else [])]
+    if kind is bool:
+        decls, kind = [f"{flag}/--no-{flag[2:]}"], bool
+    elif typing.get_origin(kind) is typing.Literal:
+        kind = enum.Enum(name, {v: v for v in typing.get_args(kind)}, type=str)
+    extra = {"parser": _integer, "metavar": "INT"} if kind is int else {}
+    option = typer.Option(*decls, help=field.description, rich_help_panel=_PANEL, show_default=False, **extra)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[kind], option])
+
+
+def _integer(text: str) -> int:
+    """Sizes are exact integers of any size: '1_000_000' and '1000000' are fine, '1e6' and '12.5' are not."""
+    try:
+        return int(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an integer") from None
+
+
+SPEC_FIELDS = list(ModelSpec.model_fields)
+_SPEC_PARAMETERS = [_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()]
+
+
+def spec_flags(func):
+    """Add one option per ModelSpec field to a command; the command receives the given ones as `overrides`."""
+    signature = inspect.signature(func)
+    kept = [p for p in signature.parameters.values() if p.name != "overrides"]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs):
+        overrides = {}
+        for name in SPEC_FIELDS:
+            value = kwargs.pop(name)
+            if value is not None:
+                overrides[name] = value.value if isinstance(value, enum.Enum) else value
+        return func(overrides=overrides, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=kept + _SPEC_PARAMETERS)
+    return wrapper
+
+
+def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
+    """The spec with the user's flags applied; a changed spec is labelled with what changed."""
+    changes = {k: v for k, v in overrides.items() if k == "name" or getattr(spec, k) != v}
+    if not changes:
+        return spec
+    if "name" not in changes and spec.name:
+        changes["name"] = f"{spec.name} ({', '.join(f'{k}={v}' for k, v in changes.items())})"
+    return spec.replace(**changes)
+
+
+def resolve(model: Optional[str], spec_file: Optional[Path], overrides: dict[str, Any]) -> tuple[ModelSpec, str]:
+    """(spec, source) from a preset name or a spec file, with overrides; or from the flags alone."""
+    if model is not None and spec_file is not None:
+        raise TfcalcError(f"give --preset or --spec, not both (got --preset {model} and --spec {spec_file})")
+    if model is not None:
+        base = find_preset(model)
+    elif spec_file is not None:
+        base = read_spec_file(spec_file)
+    else:
+        try:
+            return ModelSpec.model_validate(overrides), "flags"
+        except ValidationError as e:
+            missing = [err["loc"][0] for err in e.errors() if err["type"] == "missing"]
+            hint = ["give --preset NAME, --spec FILE, or at least " + ", ".join(
+                f"--{m.replace('_', '-')}" for m in missing)] if missing else []
+            raise TfcalcError("\n".join(validation_lines(e) + hint)) from None
+    return apply_overrides(base.spec, overrides), base.source
+
+
+def _model_arg(name: str) -> tuple[str | None, Path | None]:
+    """A model on the command line: a spec file if it looks like one, else a preset name."""
+    if name.lower().endswith((".toml", ".json")) or Path(name).is_file():
+        return None, Path(name)
+    return name, None
+
+
+# ---- output ---------------------------------------------------------------------------------------
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json: one object of exact integers.")]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="A preset name (`tfcalc presets`).")]
+SpecOpt = Annotated[Optional[Path], typer.Option("--spec", "-s", help="A spec file, TOML or JSON.")]
+
+
+_PIPED_WIDTH = 120
+
+
+def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()) -> None:
+    if fmt is Format.markdown:
+        typer.echo("\n\n".join([*(f"{line}" for line in lines), *map(render.to_markdown, tables)]))
+        return
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=_PIPED_WIDTH)  # piped output has no width to fit; don't fold numbers at 80
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+    for table in tables:
+        console.print()
+        console.print(render.to_rich(table))
+
+
+# ---- commands -------------------------------------------------------------------------------------
+
+@app.command("count")
+@spec_flags
+def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, fmt: FormatOpt = Format.table,
+              as_json: JsonOpt = False) -> None:
+    """Exact parameters and FLOPs of one model, by component."""
+    model_spec, source = resolve(preset, spec, overrides)
+    result = count(model_spec)
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json(result.to_dict()))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
+    else:
+        header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
+                  render.crossover_line(result)]
+        _print_tables(render.count_tables(result), fmt, header)
+
+
+@app.command("compare")
+@spec_flags
+def compare_cmd(
+    overrides: dict,
+    models: Annotated[list[str], typer.Argument(help="Preset names or spec files (.toml/.json).")],
+    fmt: FormatOpt = Format.table,
+    as_json: JsonOpt = False,
+) -> None:
+    """Several models side by side: a column per model, a row per figure. Spec flags apply to every model."""
+    overrides = {k: v for k, v in overrides.items() if k != "name"}
+    results: list[CountResult] = []
+    for model in models:
+        spec, _ = resolve(*_model_arg(model), overrides)
+        results.append(count(spec))
+    labels = [r.spec.label for r in results]
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({"models": [r.to_dict() for r in results]}))
+    elif fmt is Format.csv:
+        table = render.compare_table(results, labels, readable=False)
+        typer.echo(render.to_csv(table.columns, table.rows), nl=False)
+    else:
+        _print_tables([render.compare_table(results, labels, readable=True)], fmt)
+
+
+@app.command("presets")
+def presets_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Every preset with its headline figures and source."""
+    entries = [(p.name, p.description, count(p.spec), p.source) for p in list_presets()]
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({name: {
+            "description": desc, "source": source, "aliases": list(find_preset(name).aliases),
+            "params": {"total": r.params.total, "active": r.params.active},
+            "seq_len": r.spec.seq_len, "flops": {"forward": r.flops.forward},
+        } for name, desc, r, source in entries}))
+    elif fmt is Format.csv:
+        rows = [[name, r.params.total, r.params.active, r.spec.seq_len, r.flops.forward, source]
+                for name, _, r, source in entries]
+        typer.echo(render.to_csv(["preset", "params_total", "params_active", "seq_len", "flops_forward", "source"],
+                                 rows), nl=False)
+    else:
+        _print_tables([render.presets_table(entries)], fmt)
+
+
+def main() -> None:
+    app()

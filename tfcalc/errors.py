@@ -1,0 +1,38 @@
+"""The one family of exceptions the library raises for bad input; the CLI turns them into exit code 2."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+
+class TfcalcError(Exception):
+    """Bad input: an unknown preset, an unreadable or invalid spec file, an option out of range.
+
+    The message may hold several lines, one per problem.
+    """
+
+
+def validation_lines(err: ValidationError, where: Callable[[str], str] = lambda field: "") -> list[str]:
+    """One line per problem in a pydantic ValidationError, each naming the field and the value given.
+
+    `where(field)` may return a prefix that locates the field (a file name and line).
+    """
+    lines = []
+    for e in err.errors(include_url=False):
+        msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:  # a check across fields: its message names the fields and values itself
+            lines.extend(msg.splitlines())
+            continue
+        field = ".".join(str(part) for part in e["loc"])
+        value = "(missing)" if e["type"] == "missing" else repr(e["input"])
+        if e["type"] == "missing":
+            lines.append(f"{where(field)}{field} is required")
+        elif e["type"] == "extra_forbidden":
+            lines.append(f"{where(field)}{field}={value}: unknown field")
+        else:
+            lines.append(f"{where(field)}{field}={value}: {msg}")
+    return lines

@@ -1,0 +1,259 @@
+"""Rich tables, CSV, Markdown and JSON: the only place numbers are scaled to readable units.
+
+Builders return plain tables (a title, a header and rows of strings); `to_rich`, `to_markdown` and the CSV
+writer draw the same tables, so every output format shows the same figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from .counts import CountResult
+from .spec import ModelSpec
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+# ---- numbers --------------------------------------------------------------------------------------
+
+def human(n: int | float) -> str:
+    """Parameters and other counts: 174.6B, 124.4M, 3.1K, 512."""
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return f"{n:,}" if isinstance(n, int) else f"{n:.3g}"
+
+
+def sci(n: int | float) -> str:
+    """FLOPs: 3.67e14 (three significant figures, exponent without padding)."""
+    if n == 0:
+        return "0"
+    mantissa, exponent = f"{n:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def exact(n: int | float) -> str:
+    return f"{n:,}" if isinstance(n, int) else f"{n:,.3f}"
+
+
+def pct(x: float) -> str:
+    return "<0.1%" if 0 < x < 0.0005 else f"{100 * x:.1f}%"
+
+
+def bar(share: float, width: int = 12) -> str:
+    eighths = round(share * width * 8)
+    full, part = divmod(eighths, 8)
+    return "█" * full + ("" if part == 0 else " ▏▎▍▌▋▊▉"[part])
+
+
+# ---- plain tables ---------------------------------------------------------------------------------
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    caption: str = ""
+    right: set[int] = field(default_factory=set)  # right-aligned (numeric) columns
+
+
+def describe(spec: ModelSpec) -> str:
+    parts = [f"L={spec.n_layers}", f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
+    if spec.n_kv_heads != spec.n_heads:
+        parts.append(f"kv_heads={spec.n_kv_heads}")
+    parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}", f"N={spec.seq_len}", f"B={spec.batch_size}"]
+    if spec.is_moe:
+        parts.append(f"experts={spec.n_experts} top_k={spec.top_k}")
+        if spec.n_shared_experts:
+            parts.append(f"shared={spec.n_shared_experts}")
+    parts.append(f"{spec.mlp} MLP ({spec.activation}), {spec.norm} {spec.norm_position}-norm, "
+                 f"{spec.positions} positions, {'causal' if spec.causal else 'bidirectional'}")
+    return " ".join(parts[:-1]) + "; " + parts[-1]
+
+
+def summary_table(result: CountResult) -> Table:
+    p, f, m = result.params, result.flops, result.macs
+    rows = [
+        ["parameters", "total", exact(p.total), human(p.total)],
+        ["", "active (per token)", exact(p.active), human(p.active)],
+        ["", "embedding", exact(p.embedding), human(p.embedding)],
+        ["", "non-embedding", exact(p.non_embedding), human(p.non_embedding)],
+        ["FLOPs", "forward", exact(f.forward), sci(f.forward)],
+        ["", "backward (2x)", exact(f.backward), sci(f.backward)],
+        ["", "train step (3x)", exact(f.train_step), sci(f.train_step)],
+        ["", "forward per token", exact(f.per_token), sci(f.per_token)],
+        ["", "forward, causal attention", exact(f.forward_causal), sci(f.forward_causal)],
+        ["MACs", "forward", exact(m.forward), sci(m.forward)],
+    ]
+    spec = result.spec
+    caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward: matmuls over "
+               f"{spec.batch_size} x {spec.seq_len} tokens, attention over the full N x N; the causal figure "
+               f"counts the lower triangle only.")
+    return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3})
+
+
+def component_table(result: CountResult) -> Table:
+    params, fwd, macs = result.params.components, result.flops.components, result.macs.components
+    names = list(params) + [k for k in fwd if k not in params]
+    order = {name: i for i, name in enumerate(_COMPONENT_ORDER)}
+    names.sort(key=lambda k: order.get(k, len(order)))
+    total_p, total_f = params.total, fwd.total
+    biggest = max(fwd.values())
+    rows = []
+    for name in names:
+        p, f = params.get(name, 0), fwd.get(name, 0)
+        rows.append([name, exact(p) if p else "-", pct(p / total_p) if p else "", sci(f) if f else "-",
+                     exact(macs.get(name, 0)) if f else "-", pct(f / total_f) if f else "", bar(f / biggest)])
+    rows.append(["total", exact(total_p), "100.0%", sci(total_f), exact(result.macs.forward), "100.0%", ""])
+    caption = "params and FLOPs summed over all layers."
+    if result.spec.lm_head and result.spec.tie_embeddings:
+        caption += " The head is tied to the token embedding: its weights are counted there, its FLOPs here."
+    return Table("Components", ["component", "params", "% params", "forward FLOPs", "forward MACs", "% FLOPs",
+                                "FLOPs share"], rows, caption, right={1, 2, 3, 4, 5})
+
+
+_COMPONENT_ORDER = [
+    "embedding/token", "embedding/position", "embedding/token_type", "embedding/norm",
+    "attention/norm", "attention/qkv", "attention/scores", "attention/values", "attention/out",
+    "mlp/norm", "mlp/up", "mlp/gate", "mlp/down",
+    "moe/router", "moe/experts", "moe/shared_experts", "moe/shared_gate",
+    "final_norm", "pooler", "head",
+]
+
+
+def estimates_table(result: CountResult) -> Table:
+    rows = [[e.name, e.formula, sci(e.value), f"{e.compared_with} {sci(e.exact)}", f"{e.ratio:.4f}"]
+            for e in result.estimates]
+    return Table("Published estimates against the exact count", ["estimate", "formula", "estimate",
+                 "exact", "ratio"], rows, "ratio = estimate / exact", right={2, 3, 4})
+
+
+def non_matmul_table(result: CountResult) -> Table:
+    nm, forward = result.non_matmul, result.flops.forward
+    rows = [[name, sci(v), pct(v / forward)] for name, v in nm.items()]
+    rows.append(["total", sci(nm.total), pct(nm.total / forward)])
+    return Table("Non-matmul work (estimate; not in forward)", ["work", "FLOPs", "of forward"], rows,
+                 "per-element costs are rough constants (docs/formulas.md); shown for scale only", right={1, 2})
+
+
+def crossover_line(result: CountResult) -> str:
+    c, N = result.crossover, result.spec.seq_len
+    return (f"Attention (projections + scores + values) overtakes the MLP at N >= {c.seq_len:,}. "
+            f"At N = {N:,}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
+            f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}.")
+
+
+def count_tables(result: CountResult) -> list[Table]:
+    return [summary_table(result), component_table(result), estimates_table(result), non_matmul_table(result)]
+
+
+COMPARE_ROWS: list[tuple[str, str, Any]] = [
+    ("n_layers", "layers", lambda r: r.spec.n_layers),
+    ("d_model", "d_model", lambda r: r.spec.d_model),
+    ("n_heads", "heads", lambda r: r.spec.n_heads),
+    ("n_kv_heads", "kv heads", lambda r: r.spec.n_kv_heads),
+    ("d_ff", "d_ff", lambda r: r.spec.d_ff),
+    ("vocab_size", "vocab", lambda r: r.spec.vocab_size),
+    ("seq_len", "seq_len", lambda r: r.spec.seq_len),
+    ("batch_size", "batch", lambda r: r.spec.batch_size),
+    ("n_experts", "experts", lambda r: r.spec.n_experts),
+    ("top_k", "top-k", lambda r: r.spec.top_k),
+    ("params.total", "params total", lambda r: r.params.total),
+    ("params.active", "params active", lambda r: r.params.active),
+    ("params.embedding", "params embedding", lambda r: r.params.embedding),
+    ("params.non_embedding", "params non-embedding", lambda r: r.params.non_embedding),
+    ("flops.forward", "FLOPs forward", lambda r: r.flops.forward),
+    ("flops.forward_causal", "FLOPs forward, causal", lambda r: r.flops.forward_causal),
+    ("flops.train_step", "FLOPs train step", lambda r: r.flops.train_step),
+    ("flops.per_token", "FLOPs per token (fwd)", lambda r: r.flops.per_token),
+    ("macs.forward", "MACs forward", lambda r: r.macs.forward),
+    ("attention_overtakes_mlp_at_seq_len", "attention > MLP from N", lambda r: r.crossover.seq_len),
+    ("attention_share", "attention share", lambda r: r.crossover.attention_share),
+]
+
+
+def compare_table(results: list[CountResult], labels: list[str], readable: bool) -> Table:
+    rows = []
+    for key, title, get in COMPARE_ROWS:
+        values = [get(r) for r in results]
+        if not readable:
+            rows.append([key, *map(str, values)])
+        elif key.startswith(("flops", "macs")):
+            rows.append([title, *map(sci, values)])
+        elif key.startswith("params"):
+            rows.append([title, *map(human, values)])
+        elif key == "attention_share":
+            rows.append([title, *map(pct, values)])
+        else:
+            rows.append([title, *(f"{v:,}" for v in values)])
+    caption = "FLOPs = 2 per multiply-add, matmuls only, full N x N attention; exact integers: --format json or csv"
+    return Table("Comparison", ["figure", *labels], rows, caption, right=set(range(1, len(labels) + 1)))
+
+
+def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
+    rows = [[name, desc, human(r.params.total), human(r.params.active) if r.params.active != r.params.total else "",
+             f"{r.spec.seq_len:,}", sci(r.flops.forward), source]
+            for name, desc, r, source in entries]
+    return Table("Presets", ["preset", "model", "params", "active", "seq_len", "forward FLOPs", "source"], rows,
+                 "forward FLOPs at the preset's seq_len, batch 1; `tfcalc count --preset NAME` for the breakdown",
+                 right={2, 3, 4, 5})
+
+
+# ---- drawing --------------------------------------------------------------------------------------
+
+def to_rich(table: Table):
+    from rich.table import Table as RichTable
+
+    t = RichTable(title=table.title, caption=table.caption or None, title_justify="left", caption_justify="left")
+    for i, column in enumerate(table.columns):
+        t.add_column(column, justify="right" if i in table.right else "left",
+                     overflow="fold", no_wrap=column not in ("source", "formula", "model"))
+    for row in table.rows:
+        t.add_row(*row)
+    return t
+
+
+def to_markdown(table: Table) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    align = ["---:" if i in table.right else "---" for i in range(len(table.columns))]
+    out = [f"**{table.title}**", "", line(table.columns), "| " + " | ".join(align) + " |"]
+    out += [line(row) for row in table.rows]
+    if table.caption:
+        out += ["", f"_{table.caption}_"]
+    return "\n".join(out)
+
+
+def to_json(data: dict) -> str:
+    return json.dumps(data, indent=2)
+
+
+def flatten(data: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """{"params": {"total": 1}} -> [("params.total", 1)]: the JSON's figures as rows, for CSV."""
+    rows = []
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            rows += flatten(value, name + ".")
+        else:
+            rows.append((name, value))
+    return rows
+
+
+def to_csv(header: list[str], rows: list[list[Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()

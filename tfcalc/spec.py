@@ -1,0 +1,179 @@
+"""ModelSpec: the validated description of a transformer that every count is a function of.
+
+Optional sizes (d_head, n_kv_heads, d_ff, max_positions, d_expert, d_shared_expert) default to values
+derived from the others. The spec remembers which fields were given, so that changing one field
+(`spec.replace(d_model=1024)`) re-derives the defaults of the others instead of keeping stale values.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Size = Annotated[int, Field(gt=0)]
+Count = Annotated[int, Field(ge=0)]
+
+# Fields whose default is derived from other fields; None in the input means "derive it".
+DERIVED = ("d_head", "n_kv_heads", "d_ff", "max_positions", "d_expert", "d_shared_expert")
+
+
+class ModelSpec(BaseModel):
+    """A decoder- or encoder-only transformer, by its sizes and architectural choices.
+
+    >>> spec = ModelSpec(n_layers=12, d_model=768, n_heads=12, vocab_size=50257, seq_len=1024)
+    >>> spec.d_head, spec.d_ff, spec.n_kv_heads, spec.max_positions
+    (64, 3072, 12, 1024)
+    >>> spec.replace(d_model=1024, n_heads=16).d_ff
+    4096
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    name: str | None = Field(None, description="Label shown in tables.")
+
+    # sizes
+    n_layers: Size = Field(description="Transformer blocks (L).")
+    d_model: Size = Field(description="Residual stream width (D).")
+    n_heads: Size = Field(description="Query heads (H).")
+    d_head: Size | None = Field(None, description="Width of one head; default d_model / n_heads.")
+    n_kv_heads: Size | None = Field(
+        None, description="Key/value heads; default n_heads (MHA). Must divide n_heads (GQA, MQA)."
+    )
+    d_ff: Size | None = Field(None, description="MLP hidden width; default 4 * d_model.")
+    vocab_size: Size = Field(description="Vocabulary size (V).")
+    seq_len: Size = Field(description="Tokens per sequence (N).")
+    batch_size: Size = Field(1, description="Sequences per step (B).")
+
+    # block structure
+    mlp: Literal["standard", "gated"] = Field(
+        "standard", description="standard: up, act, down. gated (SwiGLU/GeGLU): act(gate) * up, down."
+    )
+    activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
+        "gelu", description="MLP activation (for gated MLPs, applied to the gate)."
+    )
+    norm: Literal["layernorm", "rmsnorm"] = Field(
+        "layernorm", description="layernorm (weight and bias) or rmsnorm (weight)."
+    )
+    norm_position: Literal["pre", "post"] = Field("pre", description="Norm before (pre) or after (post) each sublayer.")
+    final_norm: bool = Field(True, description="A norm after the last block.")
+    bias: bool = Field(True, description="Biases on the attention and MLP linear layers.")
+    qkv_bias: bool | None = Field(None, description="Biases on q, k, v only; default: same as bias (Qwen2: true).")
+    tie_embeddings: bool = Field(True, description="LM head shares the token embedding matrix.")
+    lm_head: bool = Field(True, description="A vocabulary projection at the end (false for a bare encoder).")
+
+    # positions
+    positions: Literal["learned", "sinusoidal", "rotary", "none"] = Field(
+        "learned", description="Position encoding."
+    )
+    max_positions: Size | None = Field(
+        None, description="Rows of the learned position table; default seq_len. Only for learned positions."
+    )
+
+    # encoder extras (BERT)
+    n_token_types: Count = Field(0, description="Token-type (segment) embeddings; BERT: 2.")
+    embedding_norm: bool = Field(False, description="A norm right after the embeddings (BERT).")
+    pooler: bool = Field(False, description="BERT pooler: dense D->D with tanh on the first token.")
+    causal: bool = Field(True, description="Causal (decoder) attention; false for a bidirectional encoder.")
+
+    # mixture of experts
+    n_experts: Size = Field(1, description="Routed experts per MoE layer; 1 means a dense MLP.")
+    top_k: Size = Field(1, description="Routed experts each token goes through.")
+    n_shared_experts: Count = Field(0, description="Experts every token goes through.")
+    d_expert: Size | None = Field(None, description="Hidden width of one routed expert; default d_ff.")
+    d_shared_expert: Size | None = Field(None, description="Hidden width of one shared expert; default d_expert.")
+    shared_expert_gate: bool = Field(False, description="A sigmoid gate D->1 on the shared experts (Qwen2-MoE).")
+
+    @model_validator(mode="after")
+    def _derive_and_check(self) -> ModelSpec:
+        problems: list[str] = []
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                problems.append(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; give d_head"
+                )
+            else:
+                self._set("d_head", self.d_model // self.n_heads)
+        if self.n_kv_heads is None:
+            self._set("n_kv_heads", self.n_heads)
+        elif self.n_heads % self.n_kv_heads:
+            problems.append(f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}")
+        if self.d_ff is None:
+            self._set("d_ff", 4 * self.d_model)
+        if self.positions == "learned":
+            if self.max_positions is None:
+                self._set("max_positions", self.seq_len)
+            elif self.seq_len > self.max_positions:
+                problems.append(
+                    f"seq_len={self.seq_len} exceeds max_positions={self.max_positions} "
+                    "(learned positions have no row for the extra tokens)"
+                )
+        elif self.max_positions is not None:
+            problems.append(
+                f"max_positions={self.max_positions} is only for learned positions, not positions={self.positions!r}"
+            )
+        if self.top_k > self.n_experts:
+            problems.append(f"top_k={self.top_k} is greater than n_experts={self.n_experts}")
+        if self.n_experts == 1:
+            for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate"):
+                value = getattr(self, field)
+                if value:
+                    problems.append(f"{field}={value} needs a mixture of experts (n_experts > 1), got n_experts=1")
+        if self.d_expert is None:
+            self._set("d_expert", self.d_ff)
+        if self.d_shared_expert is None:
+            self._set("d_shared_expert", self.d_expert)
+        if self.shared_expert_gate and not self.n_shared_experts and self.n_experts > 1:
+            problems.append("shared_expert_gate=True needs n_shared_experts > 0, got n_shared_experts=0")
+        if problems:
+            raise ValueError("\n".join(problems))  # one line per problem
+        return self
+
+    def _set(self, field: str, value: int) -> None:
+        # The model is frozen; derived defaults are filled in once, here, and are not marked as given.
+        self.__dict__[field] = value
+
+    # ---- derived sizes -------------------------------------------------------------------------
+    @property
+    def d_attn(self) -> int:
+        """Width of all query heads together (H * d_head); equals d_model unless d_head says otherwise."""
+        return self.n_heads * self.d_head
+
+    @property
+    def d_kv(self) -> int:
+        """Width of all key (or value) heads together (n_kv_heads * d_head)."""
+        return self.n_kv_heads * self.d_head
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 1
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one step: batch_size * seq_len."""
+        return self.batch_size * self.seq_len
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def label(self) -> str:
+        return self.name or (
+            f"L{self.n_layers} D{self.d_model} H{self.n_heads} V{self.vocab_size} N{self.seq_len}"
+        )
+
+    # ---- changing a spec -----------------------------------------------------------------------
+    def given(self) -> dict[str, Any]:
+        """The fields that were given explicitly (derived defaults left out)."""
+        return {field: getattr(self, field) for field in self.model_fields_set}
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> ModelSpec:
+        """A validated copy: fields in `update` replace given ones, and derived defaults are re-derived."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self).model_validate({**self.given(), **update})
+
+    def replace(self, **changes: Any) -> ModelSpec:
+        """`spec.replace(seq_len=8192)`: a validated copy with some fields changed."""
+        return self.model_copy(update=changes)
