@@ -109,6 +109,7 @@ def test_presets_command():
         (["count", "-p", "gpt2", "--spec", "x.toml"], "give --preset or --spec, not both"),
         (["count", "--spec", "/nonexistent/x.toml"], "/nonexistent/x.toml: no such file"),
         (["compare", "gpt2", "nope"], "unknown preset 'nope'"),
+        (["compare", "llama2-7b", "gpt2", "-N", "2048"], "gpt2: seq_len=2048 exceeds max_positions=1024"),
         (["count", "--bogus"], "No such option: --bogus"),
     ],
 )

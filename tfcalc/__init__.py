@@ -5,7 +5,8 @@
 >>> result = tfcalc.count(spec)
 >>> result.params.total
 174604259328
->>> tfcalc.count(spec.replace(seq_len=8192)).flops.forward > result.flops.forward
+>>> long = tfcalc.load_preset("llama3-8b").replace(seq_len=32768)
+>>> tfcalc.count(long).flops.forward_causal < tfcalc.count(long).flops.forward
 True
 """
 

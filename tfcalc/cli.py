@@ -234,7 +234,10 @@ def compare_cmd(
     overrides = {k: v for k, v in overrides.items() if k != "name"}
     results: list[CountResult] = []
     for model in models:
-        spec, _ = resolve(*_model_arg(model), overrides)
+        try:
+            spec, _ = resolve(*_model_arg(model), overrides)
+        except ValidationError as e:  # an override that does not fit this model: say which model
+            raise TfcalcError("\n".join(f"{model}: {line}" for line in validation_lines(e))) from None
         results.append(count(spec))
     labels = [r.spec.label for r in results]
     fmt = Format.json if as_json else fmt
