@@ -250,6 +250,38 @@ def compare_cmd(
         _print_tables([render.compare_table(results, labels, readable=True)], fmt)
 
 
+DeviceOpt = Annotated[str, typer.Option("--device", help="meta (no memory: any size), cpu, cuda or cuda:N.")]
+TrainOpt = Annotated[bool, typer.Option("--train", help="Also count forward + backward against the train step.")]
+
+
+@app.command("check")
+@spec_flags
+def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, device: DeviceOpt = "meta",
+              train: TrainOpt = False, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Hold the analytic counts against torch's FlopCounterMode and fvcore on the real PyTorch model.
+
+    Exit code 0 when every row matches, 1 on a mismatch, 2 on bad input."""
+    from .verify import check
+
+    model_spec, _ = resolve(preset, spec, overrides)
+    report = check(model_spec, device=device, train=train)
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json(report.to_dict()))
+    elif fmt is Format.csv:
+        rows = [["forward", r.component, r.analytic, r.flop_counter, 2 * r.fvcore_macs, r.match] for r in report.forward]
+        rows += [["params", r.component, r.analytic, r.model, r.fvcore, r.match] for r in report.params]
+        if report.train is not None:
+            rows.append(["train_step", "total", report.train.analytic, report.train.flop_counter, "", report.train.match])
+        typer.echo(render.to_csv(["figure", "component", "analytic", "flop_counter_or_model", "fvcore", "match"],
+                                 rows), nl=False)
+    else:
+        _print_tables(render.check_tables(report), fmt, render.check_lines(report))
+        typer.echo("\n" + render.check_verdict(report))
+    if not report.match:
+        raise typer.Exit(1)
+
+
 @app.command("presets")
 def presets_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Every preset with its headline figures and source."""

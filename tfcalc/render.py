@@ -257,3 +257,65 @@ def to_csv(header: list[str], rows: list[list[Any]]) -> str:
     writer.writerow(header)
     writer.writerows(rows)
     return buffer.getvalue()
+
+
+# ---- check ----------------------------------------------------------------------------------------
+
+def _mark(ok: bool) -> str:
+    return "✓" if ok else "✗"
+
+
+def _difference(*values: int) -> str:
+    spread = max(values) - min(values)
+    return "0" if spread == 0 else f"{spread:,} ({spread / max(max(values), 1):.2%})"
+
+
+def check_tables(report) -> list[Table]:
+    """The forward and parameter comparisons of a verify.CheckReport (and the train step, if counted)."""
+    forward = Table("Forward FLOPs: analytic | torch FlopCounterMode | fvcore x 2",
+                    ["component", "analytic", "FlopCounterMode", "fvcore x 2", "", "difference"], right={1, 2, 3, 5})
+    for r in report.forward:
+        forward.rows.append([r.component, exact(r.analytic), exact(r.flop_counter), exact(2 * r.fvcore_macs),
+                             _mark(r.match), _difference(r.analytic, r.flop_counter, 2 * r.fvcore_macs)])
+    totals = [report.total(report.forward, a) for a in ("analytic", "flop_counter", "fvcore_macs")]
+    forward.rows.append(["total", exact(totals[0]), exact(totals[1]), exact(2 * totals[2]),
+                         _mark(all(r.match for r in report.forward)), _difference(totals[0], totals[1], 2 * totals[2])])
+    forward.caption = ("FLOPs = 2 per multiply-add; fvcore counts multiply-adds, shown doubled. attention/core = "
+                       "scores + value mixing (one SDPA call), full N x N.")
+    params = Table("Parameters: analytic | sum(p.numel()) | fvcore parameter_count",
+                   ["component", "analytic", "model", "fvcore", "", "difference"], right={1, 2, 3, 5})
+    for r in report.params:
+        params.rows.append([r.component, exact(r.analytic), exact(r.model), exact(r.fvcore), _mark(r.match),
+                            _difference(r.analytic, r.model, r.fvcore)])
+    p_totals = [report.total(report.params, a) for a in ("analytic", "model", "fvcore")]
+    params.rows.append(["total", *map(exact, p_totals), _mark(all(r.match for r in report.params)),
+                        _difference(*p_totals)])
+    tables = [forward, params]
+    if report.train is not None:
+        t = report.train
+        tables.append(Table("Train step (forward + backward): analytic 3 x forward | FlopCounterMode",
+                            ["", "analytic", "FlopCounterMode", "", "difference"],
+                            [["train step", exact(t.analytic), exact(t.flop_counter), _mark(t.match),
+                              _difference(t.analytic, t.flop_counter)]], right={1, 2, 4}))
+    return tables
+
+
+def check_lines(report) -> list[str]:
+    spec = report.spec
+    lines = [f"{spec.label}: {describe(spec)}", f"device: {report.device}"]
+    if report.routing:
+        lines.append(f"MoE routing: {report.routing}")
+    lines += [f"note: {note}" for note in report.notes]
+    if report.uncounted_ops:
+        ops = ", ".join(f"{op} x{n}" for op, n in report.uncounted_ops.items())
+        lines.append(f"counted by neither (non-matmul; FlopCounterMode counts only matmul, conv and attention "
+                     f"kernels; fvcore reports these as unsupported): {ops}")
+    return lines
+
+
+def check_verdict(report) -> str:
+    rows = [*report.forward, *report.params, *([report.train] if report.train else [])]
+    bad = [getattr(r, "component", "train step") for r in rows if not r.match]
+    if not bad:
+        return f"MATCH: all {len(rows)} rows agree exactly."
+    return f"MISMATCH in {len(bad)} of {len(rows)} rows: {', '.join(bad)}"

@@ -1,0 +1,179 @@
+"""`tfcalc check`: the analytic counts held against the reference model and two independent counters."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..counts import count
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+from . import counters
+from .components import comparable, component_of_parameter
+
+DEVICES = ("meta", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class FlopRow:
+    component: str
+    analytic: int
+    flop_counter: int
+    fvcore_macs: int
+
+    @property
+    def match(self) -> bool:
+        return self.analytic == self.flop_counter == 2 * self.fvcore_macs
+
+    def to_dict(self) -> dict:
+        return {"component": self.component, "analytic": self.analytic, "flop_counter": self.flop_counter,
+                "fvcore_macs": self.fvcore_macs, "match": self.match}
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    component: str
+    analytic: int
+    model: int
+    fvcore: int
+
+    @property
+    def match(self) -> bool:
+        return self.analytic == self.model == self.fvcore
+
+    def to_dict(self) -> dict:
+        return {"component": self.component, "analytic": self.analytic, "model": self.model, "fvcore": self.fvcore,
+                "match": self.match}
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    analytic: int
+    flop_counter: int
+
+    @property
+    def match(self) -> bool:
+        return self.analytic == self.flop_counter
+
+
+@dataclass
+class CheckReport:
+    spec: ModelSpec
+    device: str
+    forward: list[FlopRow]
+    params: list[ParamRow]
+    uncounted_ops: dict[str, int]
+    notes: list[str]
+    train: TrainRow | None = None
+    routing: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def match(self) -> bool:
+        rows = [*self.forward, *self.params, *([self.train] if self.train else [])]
+        return all(row.match for row in rows)
+
+    def total(self, rows: list, attr: str) -> int:
+        return sum(getattr(row, attr) for row in rows)
+
+    def to_dict(self) -> dict:
+        f, p = self.forward, self.params
+        return {
+            "spec": self.spec.model_dump(),
+            "device": self.device,
+            "routing": self.routing,
+            "match": self.match,
+            "forward": {"analytic": self.total(f, "analytic"), "flop_counter": self.total(f, "flop_counter"),
+                        "fvcore_macs": self.total(f, "fvcore_macs"), "components": [r.to_dict() for r in f]},
+            "params": {"analytic": self.total(p, "analytic"), "model": self.total(p, "model"),
+                       "fvcore": self.total(p, "fvcore"), "components": [r.to_dict() for r in p]},
+            "train_step": None if self.train is None else {
+                "analytic": self.train.analytic, "flop_counter": self.train.flop_counter, "match": self.train.match},
+            "uncounted_ops": self.uncounted_ops,
+            "notes": self.notes,
+        }
+
+
+def check(spec: ModelSpec, device: str = "meta", train: bool = False) -> CheckReport:
+    """Build the reference model on `device` and compare every count with FlopCounterMode and fvcore."""
+    torch = _import_torch()
+    from ..reference import build_model, example_inputs
+
+    device = _validate_device(torch, device, spec)
+    result = count(spec)
+    model = build_model(spec, device)
+    inputs = example_inputs(spec, device)
+
+    fc = counters.flop_counter_forward(model, inputs)
+    fv = counters.fvcore_forward(model, inputs)
+    analytic = comparable(result.flops.components)
+    names = list(dict.fromkeys([*analytic, *fc.components, *fv.components]))
+    forward = [FlopRow(n, analytic.get(n, 0), fc.components.get(n, 0), fv.components.get(n, 0)) for n in names]
+    if fc.unattributed or fv.unattributed:  # counted outside any component: shown, and a mismatch
+        forward.append(FlopRow("(outside any component)", 0, fc.unattributed, fv.unattributed))
+
+    model_params: Counter[str] = Counter()
+    for name, parameter in model.named_parameters():
+        model_params[component_of_parameter(name) or f"(unmapped) {name}"] += parameter.numel()
+    fvcore_params: Counter[str] = Counter()
+    for name, n in counters.fvcore_parameters(model).items():
+        fvcore_params[component_of_parameter(name) or f"(unmapped) {name}"] += n
+    p_analytic = result.params.components
+    p_names = list(dict.fromkeys([*p_analytic, *model_params, *fvcore_params]))
+    params = [ParamRow(n, p_analytic.get(n, 0), model_params[n], fvcore_params[n]) for n in p_names]
+
+    notes = [counters.NOTE_FLOP_COUNTER_SDPA, counters.NOTE_FVCORE_SDPA, counters.NOTE_FVCORE_NORM]
+    train_row = None
+    if train:
+        for module in model.modules():  # count backward without SDPA kernels' recomputation of the scores
+            if hasattr(module, "explicit"):
+                module.explicit = True
+        model.requires_grad_(True)
+        train_row = TrainRow(result.flops.train_step, counters.flop_counter_train_step(model, inputs))
+        notes.append("train step: counted with the explicit-matmul attention path; SDPA's backward kernels "
+                     "recompute q k^T (FlopCounterMode counts 5 bmm where autograd of the explicit path has 4)")
+    routing = ""
+    if spec.is_moe:
+        routing = ("deterministic round robin (meta has no data): token t's j-th slot t*k+j goes to expert "
+                   "(t*k+j) mod n_experts" if device == "meta" else "real: softmax router, top-k per token")
+    return CheckReport(spec, device, forward, params, fv.uncounted_ops, notes, train_row, routing)
+
+
+def _import_torch():
+    try:
+        import fvcore  # noqa: F401
+        import torch
+    except ImportError as e:
+        raise TfcalcError(f"tfcalc check needs torch and fvcore ({e.name} is missing): "
+                          "pip install torch fvcore, or pip install 'tfcalc[torch]'") from None
+    return torch
+
+
+# Refuse to allocate more than this share of physical memory for weights, gradients and activations.
+MEMORY_SHARE = 0.5
+
+
+def _validate_device(torch, device: str, spec: ModelSpec) -> str:
+    kind = device.split(":")[0]
+    if kind not in DEVICES:
+        raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (cuda:N for a given GPU)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise TfcalcError(f"device={device!r}: CUDA is not available here; use --device meta or cpu")
+    if kind == "cpu":
+        need = _bytes_needed(spec)
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if need > MEMORY_SHARE * have:
+            raise TfcalcError(
+                f"device='cpu': {spec.label} needs about {need / 2**30:.1f} GiB (fp32 weights, gradients and "
+                f"attention scores) and this machine has {have / 2**30:.1f} GiB; use --device meta (counts "
+                "without allocating), or smaller --n-layers/--seq-len")
+    return device
+
+
+def _bytes_needed(spec: ModelSpec) -> int:
+    """A rough fp32 estimate: weights and gradients, the N x N scores of one block, and hidden states."""
+    r = count(spec)
+    scores = spec.batch_size * spec.n_heads * spec.seq_len**2
+    hidden = spec.tokens * max(spec.d_model, spec.vocab_size, spec.d_ff or 0) * 8
+    return 4 * (2 * r.params.total + 2 * scores + hidden)
