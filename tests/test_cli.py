@@ -148,3 +148,50 @@ def test_count_imports_neither_torch_nor_fvcore():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'fvcore')))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
+
+
+def test_check_json_and_exit_codes():
+    r = run("check", "-p", "gpt2", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["match"] is True
+    assert d["forward"]["analytic"] == d["forward"]["flop_counter"] == 2 * d["forward"]["fvcore_macs"] == 291_648_307_200
+    assert d["params"]["analytic"] == d["params"]["model"] == 124_439_808
+    assert {row["component"] for row in d["forward"]["components"]} >= {"attention/qkv", "attention/core", "head"}
+
+
+def test_check_table_and_train_on_cpu():
+    r = run("check", "-p", "llama2-7b", "-L", "1", "-d", "64", "-H", "4", "--n-kv-heads", "2", "--d-ff", "96", "-V", "100", "-N", "16",
+            "--device", "cpu", "--train")
+    assert r.exit_code == 0, r.output
+    assert "MATCH: all" in r.output and "Train step" in r.output and "✗" not in r.output
+
+
+def test_check_mismatch_exits_1(monkeypatch):
+    import dataclasses
+
+    from tfcalc.counts import Breakdown, count
+    from tfcalc.verify import checker
+
+    def off_by_one_forward(spec):
+        real = count(spec)
+        wrong = Breakdown({**real.flops.components, "head": real.flops.components["head"] + 1})
+        return dataclasses.replace(real, flops=dataclasses.replace(real.flops, components=wrong))
+
+    monkeypatch.setattr(checker, "count", off_by_one_forward)
+    r = run("check", "-p", "gpt2", "-L", "1", "-N", "8")
+    assert r.exit_code == 1
+    assert "MISMATCH in 1 of 15 rows: head" in r.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["check", "-p", "gpt2", "--device", "tpu"], "device='tpu': expected one of meta, cpu, cuda"),
+        (["check", "-p", "gpt3", "--device", "cpu"], "device='cpu': gpt3-175b needs about"),
+    ],
+)
+def test_check_bad_device(args, message):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and len(r.output.strip().splitlines()) == 1

@@ -1,5 +1,5 @@
 """Analytic counts against fvcore and torch's FlopCounterMode on the reference model (imports torch)."""
 
-from .check import CheckReport, check
+from .checker import CheckReport, check
 
 __all__ = ["check", "CheckReport"]

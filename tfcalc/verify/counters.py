@@ -99,15 +99,17 @@ def fvcore_forward(model: torch.nn.Module, inputs: tuple) -> Counted:
     """Multiply-adds of one forward pass, per component, as fvcore's FlopCountAnalysis counts them."""
     from fvcore.nn import FlopCountAnalysis
 
-    analysis = FlopCountAnalysis(model, inputs)
-    analysis.set_op_handle("aten::scaled_dot_product_attention", _sdpa_macs)
-    # set_op_handle(name, None) does not remove a default handle in fvcore 0.1.5 (handles win over the ignore
-    # list), so the norm handle is replaced by one that counts nothing.
-    analysis.set_op_handle("aten::layer_norm", lambda inputs, outputs: 0)
-    analysis.unsupported_ops_warnings(False)
-    analysis.uncalled_modules_warnings(False)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about data-dependent routing: shapes are what we need
+        # tracer warnings about data-dependent routing (the traced shapes are what we count), and torch's
+        # deprecation of the jit API fvcore is built on
+        warnings.simplefilter("ignore")
+        analysis = FlopCountAnalysis(model, inputs)
+        analysis.set_op_handle("aten::scaled_dot_product_attention", _sdpa_macs)
+        # set_op_handle(name, None) does not remove a default handle in fvcore 0.1.5 (handles win over the
+        # ignore list), so the norm handle is replaced by one that counts nothing.
+        analysis.set_op_handle("aten::layer_norm", lambda inputs, outputs: 0)
+        analysis.unsupported_ops_warnings(False)
+        analysis.uncalled_modules_warnings(False)
         with torch.no_grad():
             total = analysis.total()
             per_module = dict(analysis.by_module())

@@ -1,0 +1,38 @@
+"""Hypothesis strategies for small, valid specs covering every option."""
+
+from hypothesis import strategies as st
+
+from tfcalc import ModelSpec
+
+
+@st.composite
+def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, max_seq: int = 12,
+          moe: bool | None = None) -> ModelSpec:
+    n_kv_heads = draw(st.integers(1, max_heads))
+    n_heads = n_kv_heads * draw(st.integers(1, max(1, max_heads // n_kv_heads)))
+    d_head = draw(st.integers(1, max_d_head))
+    own_d_model = draw(st.booleans())
+    d_model = draw(st.integers(2, 32)) if own_d_model else n_heads * d_head
+    positions = draw(st.sampled_from(["learned", "sinusoidal", "rotary", "none"]))
+    seq_len = draw(st.integers(1, max_seq))
+    is_moe = draw(st.booleans()) if moe is None else moe
+    fields = dict(
+        n_layers=draw(st.integers(1, max_layers)), d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        d_head=d_head, d_ff=draw(st.integers(1, 40)), vocab_size=draw(st.integers(1, 64)), seq_len=seq_len,
+        batch_size=draw(st.integers(1, 3)), mlp=draw(st.sampled_from(["standard", "gated"])),
+        activation=draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"])),
+        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), norm_position=draw(st.sampled_from(["pre", "post"])),
+        final_norm=draw(st.booleans()), bias=draw(st.booleans()), qkv_bias=draw(st.none() | st.booleans()),
+        tie_embeddings=draw(st.booleans()), lm_head=draw(st.booleans()), positions=positions,
+        n_token_types=draw(st.integers(0, 3)), embedding_norm=draw(st.booleans()), pooler=draw(st.booleans()),
+        causal=draw(st.booleans()),
+    )
+    if positions == "learned":
+        fields["max_positions"] = seq_len + draw(st.integers(0, 4))
+    if is_moe:
+        n_experts = draw(st.integers(2, 6))
+        n_shared = draw(st.integers(0, 2))
+        fields |= dict(n_experts=n_experts, top_k=draw(st.integers(1, n_experts)), n_shared_experts=n_shared,
+                       d_expert=draw(st.integers(1, 24)), d_shared_expert=draw(st.integers(1, 24)),
+                       shared_expert_gate=n_shared > 0 and draw(st.booleans()))
+    return ModelSpec(**fields)
