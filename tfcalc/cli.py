@@ -121,21 +121,26 @@ SPEC_FIELDS = list(ModelSpec.model_fields)
 _SPEC_PARAMETERS = [_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()]
 
 
-def spec_flags(func):
-    """Add one option per ModelSpec field to a command; the command receives the given ones as `overrides`."""
+def spec_flags(func=None, *, exclude: tuple[str, ...] = ()):
+    """Add one option per ModelSpec field to a command; the command receives the given ones as `overrides`.
+    Fields in `exclude` are left to the command to define (profile's --seq-len takes a list)."""
+    if func is None:
+        return functools.partial(spec_flags, exclude=exclude)
     signature = inspect.signature(func)
     kept = [p for p in signature.parameters.values() if p.name != "overrides"]
+    fields = [name for name in SPEC_FIELDS if name not in exclude]
 
     @functools.wraps(func)
     def wrapper(**kwargs):
         overrides = {}
-        for name in SPEC_FIELDS:
+        for name in fields:
             value = kwargs.pop(name)
             if value is not None:
                 overrides[name] = value.value if isinstance(value, enum.Enum) else value
         return func(overrides=overrides, **kwargs)
 
-    wrapper.__signature__ = signature.replace(parameters=kept + _SPEC_PARAMETERS)
+    added = [p for p in _SPEC_PARAMETERS if p.name in fields]
+    wrapper.__signature__ = signature.replace(parameters=kept + added)
     return wrapper
 
 
@@ -280,6 +285,84 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, d
         typer.echo("\n" + render.check_verdict(report))
     if not report.match:
         raise typer.Exit(1)
+
+
+def _seq_lens(text: str) -> list[int]:
+    """'256,512,1024' -> [256, 512, 1024]."""
+    values = [part.strip() for part in text.split(",")]
+    try:
+        lens = [int(v) for v in values]
+    except ValueError:
+        raise TfcalcError(f"seq_len={text!r}: expected an integer or a comma-separated list of integers") from None
+    return lens
+
+
+@app.command("profile")
+@spec_flags(exclude=("seq_len",))
+def profile_cmd(
+    overrides: dict,
+    preset: PresetOpt = None,
+    spec: SpecOpt = None,
+    seq_len: Annotated[Optional[str], typer.Option("--seq-len", "-N", rich_help_panel=_PANEL, help=(
+        "Tokens per sequence; a list (256,512,1024) profiles each and shows measured against predicted per N."
+    ))] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda when "
+                                                                   "present, else cpu).")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="fp32, bf16 or fp16 (default: bf16 on CUDA, "
+                                                                 "fp32 on CPU).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="forward, or train (forward + backward, no optimizer).")]
+    = "forward",
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 2,
+    repeat: Annotated[int, typer.Option("--repeat", help="Timed steps.")] = 5,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile the model first.")] = False,
+    layers: Annotated[Optional[int], typer.Option("--layers", help="Profile 1 and K blocks and extrapolate to all "
+                                                                   "(for models that do not fit).")] = None,
+    memory_budget: Annotated[Optional[int], typer.Option("--memory-budget", help="Bytes the step may use "
+                                                         "(default: what the device has free).")] = None,
+    fmt: FormatOpt = Format.table,
+    as_json: JsonOpt = False,
+) -> None:
+    """Time the real model on the local GPU (or CPU): achieved FLOP/s, MFU, predicted against measured time."""
+    from .profile import profile
+    from .profile.runner import resolve_device
+
+    base, _ = resolve(preset, spec, overrides)
+    lens = _seq_lens(seq_len) if seq_len is not None else [base.seq_len]
+    specs = [apply_overrides(base, {"seq_len": n}) for n in lens]
+    if device is None and resolve_device(None).type == "cpu":
+        typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
+    results = []
+    for s in specs:
+        results.append(_profile_with_progress(profile, s, device, dtype, mode, warmup, repeat, compile_, layers,
+                                              memory_budget))
+        if results[-1].interrupted:
+            break
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        data = [r.to_dict() for r in results]
+        typer.echo(render.to_json(data[0] if len(data) == 1 else {"runs": data}))
+    elif fmt is Format.csv:
+        rows = [[r.spec.seq_len, *(v for _, v in render.flatten({k: v for k, v in r.to_dict().items()
+                                                                 if k != "spec"}))] for r in results]
+        header = ["seq_len", *(k for k, _ in render.flatten({k: v for k, v in results[0].to_dict().items()
+                                                            if k != "spec"}))]
+        typer.echo(render.to_csv(header, rows), nl=False)
+    else:
+        tables = [render.profile_table(r) for r in results]
+        if len(results) > 1:
+            tables.append(render.profile_sweep_table(results))
+        _print_tables(tables, fmt, render.profile_lines(results[0]))
+
+
+def _profile_with_progress(profile, spec, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget):
+    from rich.console import Console
+    from rich.progress import Progress
+
+    steps = (warmup + repeat) * (2 if layers else 1)
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"{spec.label} {mode}", total=steps)
+        return profile(spec, device=device, dtype=dtype, mode=mode, warmup=warmup, repeat=repeat, compile=compile_,
+                       layers=layers, memory_budget=memory_budget, on_step=lambda kind: progress.advance(task))
 
 
 @app.command("presets")

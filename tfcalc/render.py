@@ -319,3 +319,72 @@ def check_verdict(report) -> str:
     if not bad:
         return f"MATCH: all {len(rows)} rows agree exactly."
     return f"MISMATCH in {len(bad)} of {len(rows)} rows: {', '.join(bad)}"
+
+
+# ---- profile --------------------------------------------------------------------------------------
+
+def seconds(s: float) -> str:
+    return f"{s * 1000:.2f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def rate(flops_per_s: float | None) -> str:
+    return "-" if flops_per_s is None else f"{flops_per_s / 1e12:.2f} TFLOP/s"
+
+
+def profile_lines(result) -> list[str]:
+    lines = [f"{result.spec.label}: {describe(result.spec)}",
+             f"device: {result.device} ({result.device_name}), dtype {result.dtype}, mode {result.mode}"
+             f"{', torch.compile' if result.compiled else ''}"]
+    if result.layers_profiled:
+        lines.append(f"extrapolated: blocks 1 and {result.layers_profiled} were timed; the full "
+                     f"{result.spec.n_layers}-block time is t(1) + (L - 1) x per-block time")
+    if result.interrupted:
+        lines.append(f"interrupted: {result.time.repeats} timed steps")
+    return lines
+
+
+def profile_table(result) -> Table:
+    t, m, k, n = result.time, *result.gemm.shape
+    rows = [
+        ["time per step", f"{seconds(t.median)} (min {seconds(t.min)}, max {seconds(t.max)}, {t.repeats} runs)"],
+        ["tokens/s", f"{result.tokens_per_s:,.0f}"],
+        ["FLOPs per step (analytic)", f"{exact(result.flops)} ({sci(result.flops)})"],
+        ["achieved", rate(result.achieved_flops_per_s)],
+    ]
+    if result.flops_causal is not None:
+        rows.append(["achieved, causal FLOPs", rate(result.achieved_causal_flops_per_s)])
+    rows += [
+        ["peak, measured GEMM", f"{rate(result.gemm.flops_per_s)} ([{m}, {k}] @ [{k}, {n}]: the fastest of the "
+                                f"model's matmul shapes)"],
+        ["largest matmul, measured", f"{rate(result.gemm_largest.flops_per_s)} ([{result.gemm_largest.shape[0]}, "
+                                     f"{result.gemm_largest.shape[1]}] @ [{result.gemm_largest.shape[1]}, "
+                                     f"{result.gemm_largest.shape[2]}])"],
+        ["MFU (measured peak)", pct(result.mfu)],
+        ["predicted time (FLOPs / measured peak)",
+         f"{seconds(result.predicted_time_s)} (measured / predicted = {t.median / result.predicted_time_s:.2f})"],
+        ["predicted, each matmul at its shape's rate", f"{seconds(result.predicted_by_shape_s)} (measured / predicted"
+                                                      f" = {t.median / result.predicted_by_shape_s:.2f})"],
+    ]
+    if result.datasheet_peak is not None:
+        rows += [
+            ["peak, datasheet", f"{rate(result.datasheet_peak)} ({result.datasheet.source}, {result.dtype})"],
+            ["MFU (datasheet peak)", pct(result.mfu_datasheet)],
+            ["predicted time (FLOPs / datasheet peak)", seconds(result.predicted_time_datasheet_s)],
+        ]
+    else:
+        rows.append(["peak, datasheet", "- (no datasheet figure for this device)"])
+    rows.append(["peak memory", f"{human(result.peak_memory_bytes)}B" if result.device == "cpu"
+                 else f"{result.peak_memory_bytes / 2**30:.2f} GiB"])
+    caption = ("FLOPs = 2 per multiply-add, matmuls only, full N x N attention; MFU = achieved / peak. "
+               + ("CPU memory: growth of the process's peak RSS." if result.device == "cpu"
+                  else "GPU memory: torch.cuda.max_memory_allocated."))
+    return Table(f"Profile at N = {result.spec.seq_len:,}", ["figure", "value"], rows, caption)
+
+
+def profile_sweep_table(results) -> Table:
+    rows = [[f"{r.spec.seq_len:,}", seconds(r.time.median), seconds(r.predicted_time_s),
+             f"{r.time.median / r.predicted_time_s:.2f}", pct(r.mfu), f"{r.tokens_per_s:,.0f}"] for r in results]
+    return Table("Measured against predicted, per N", ["N", "measured", "predicted", "measured / predicted", "MFU",
+                                                       "tokens/s"], rows,
+                 "predicted = analytic FLOPs / measured GEMM peak; the N^2 attention term shows as N grows",
+                 right={0, 1, 2, 3, 4, 5})

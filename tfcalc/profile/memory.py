@@ -1,0 +1,64 @@
+"""Will the step fit? A conservative estimate of weights, gradients and activations, and what the device has."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..counts import count
+from ..counts.params import mlp_matrices
+from ..spec import ModelSpec
+
+OVERHEAD = 1.2  # allocator slack, workspaces, temporaries we do not model
+
+
+def mlp_width(spec: ModelSpec) -> int:
+    """Hidden units one token passes through in the MLP or MoE layer."""
+    if spec.is_moe:
+        return spec.top_k * spec.d_expert + spec.n_shared_experts * spec.d_shared_expert
+    return spec.d_ff
+
+
+def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str) -> int:
+    """Bytes a step needs: weights, then (train) gradients and the activations saved for backward, or (forward)
+    the few activations alive at once. Attention is assumed fused (no N x N matrix kept)."""
+    T, D = spec.tokens, spec.d_model
+    F = mlp_width(spec) * (mlp_matrices(spec) - 1)
+    qkv = spec.d_attn + 2 * spec.d_kv
+    logits = T * spec.vocab_size if spec.lm_head else 0
+    weights = count(spec).params.total * dtype_bytes
+    if mode == "forward":
+        live = T * (4 * D + 2 * max(qkv, F, spec.d_attn)) + 2 * logits
+        return int(OVERHEAD * (weights + live * dtype_bytes))
+    per_block = T * (4 * D + qkv + 2 * spec.d_attn + 2 * F + mlp_width(spec))  # saved for backward
+    activations = spec.n_layers * per_block + 3 * logits
+    return int(OVERHEAD * (2 * weights + activations * dtype_bytes))
+
+
+def available_bytes(device: torch.device) -> int:
+    """Free memory on `device`: CUDA's free memory, or the system's MemAvailable for the CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def layers_that_fit(spec: ModelSpec, dtype_bytes: int, mode: str, budget: int) -> int:
+    """The most blocks of `spec` whose step fits in `budget` (0 if not even one does)."""
+    fits = 0
+    lo, hi = 1, spec.n_layers
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if estimate_bytes(spec.replace(n_layers=mid), dtype_bytes, mode) <= budget:
+            fits, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return fits
