@@ -326,9 +326,8 @@ def profile_cmd(
     from .profile import profile
     from .profile.runner import resolve_device
 
-    base, _ = resolve(preset, spec, overrides)
-    lens = _seq_lens(seq_len) if seq_len is not None else [base.seq_len]
-    specs = [apply_overrides(base, {"seq_len": n}) for n in lens]
+    lens = _seq_lens(seq_len) if seq_len is not None else [None]
+    specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n})[0] for n in lens]
     if device is None and resolve_device(None).type == "cpu":
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []

@@ -354,16 +354,15 @@ def profile_table(result) -> Table:
     if result.flops_causal is not None:
         rows.append(["achieved, causal FLOPs", rate(result.achieved_causal_flops_per_s)])
     rows += [
-        ["peak, measured GEMM", f"{rate(result.gemm.flops_per_s)} ([{m}, {k}] @ [{k}, {n}]: the fastest of the "
-                                f"model's matmul shapes)"],
+        ["peak, measured GEMM", f"{rate(result.gemm.flops_per_s)} ([{m}, {k}] @ [{k}, {n}], the model's fastest)"],
         ["largest matmul, measured", f"{rate(result.gemm_largest.flops_per_s)} ([{result.gemm_largest.shape[0]}, "
                                      f"{result.gemm_largest.shape[1]}] @ [{result.gemm_largest.shape[1]}, "
                                      f"{result.gemm_largest.shape[2]}])"],
         ["MFU (measured peak)", pct(result.mfu)],
         ["predicted time (FLOPs / measured peak)",
          f"{seconds(result.predicted_time_s)} (measured / predicted = {t.median / result.predicted_time_s:.2f})"],
-        ["predicted, each matmul at its shape's rate", f"{seconds(result.predicted_by_shape_s)} (measured / predicted"
-                                                      f" = {t.median / result.predicted_by_shape_s:.2f})"],
+        ["predicted (matmuls at own rates)", f"{seconds(result.predicted_by_shape_s)} (measured / predicted"
+                                             f" = {t.median / result.predicted_by_shape_s:.2f})"],
     ]
     if result.datasheet_peak is not None:
         rows += [

@@ -1,0 +1,118 @@
+"""tfcalc profile on the CPU with tiny specs: consistency of the figures, both modes, the fit check, bad options.
+No timing thresholds here: speed belongs in benchmarks/profile_targets.py."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tfcalc import ModelSpec, TfcalcError, count
+from tfcalc.cli import app
+from tfcalc.profile import profile
+from tfcalc.profile.memory import estimate_bytes
+from tfcalc.profile.peak import datasheet_for
+from tfcalc.profile.runner import matmul_shapes
+from tfcalc.profile.timing import time_steps
+
+TINY = ModelSpec(n_layers=2, d_model=32, n_heads=4, vocab_size=64, seq_len=16, batch_size=2)
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("mode", ["forward", "train"])
+def test_figures_are_consistent(mode):
+    r = profile(TINY, device="cpu", mode=mode, warmup=1, repeat=3)
+    d = r.to_dict()
+    forward = count(TINY).flops.forward
+    assert d["flops"] == (forward if mode == "forward" else 3 * forward)
+    assert d["time_s"]["min"] <= d["time_s"]["median"] <= d["time_s"]["max"]
+    assert d["achieved_flops_per_s"] == pytest.approx(d["flops"] / d["time_s"]["median"])
+    assert d["mfu"] == pytest.approx(d["achieved_flops_per_s"] / d["peak_flops_per_s"])
+    assert d["predicted_time_s"] == pytest.approx(d["flops"] / d["peak_flops_per_s"])
+    assert d["tokens_per_s"] == pytest.approx(TINY.tokens / d["time_s"]["median"])
+    assert d["device"] == "cpu" and d["dtype"] == "fp32" and d["mode"] == mode
+    assert d["datasheet_peak_flops_per_s"] is None and d["repeats"] == 3
+    for key in ("peak_memory_bytes", "predicted_time_by_shape_s", "achieved_causal_flops_per_s"):
+        assert key in d
+
+
+def test_peak_is_measured_on_the_models_own_shapes():
+    T, D, V = TINY.tokens, 32, 64
+    shapes = matmul_shapes(TINY)  # qkv, out, up, down, head; largest first
+    assert set(shapes) == {(T, D, 3 * D), (T, D, D), (T, D, 4 * D), (T, 4 * D, D), (T, D, V)}
+    assert shapes[0] in {(T, D, 4 * D), (T, 4 * D, D)} and shapes[-1] == (T, D, D)
+    r = profile(TINY, device="cpu", warmup=0, repeat=2)
+    assert r.gemm.shape in shapes and r.gemm_largest.shape == shapes[0]
+
+
+def test_fit_check_refuses_and_suggests_layers():
+    spec = TINY.replace(n_layers=8)
+    need_two = estimate_bytes(spec.replace(n_layers=2), 4, "train")
+    need_all = estimate_bytes(spec, 4, "train")
+    assert need_two < need_all
+    with pytest.raises(TfcalcError, match=r"needs about .* GiB .*try --layers \d"):
+        profile(spec, device="cpu", mode="train", memory_budget=(need_two + need_all) // 2)
+    with pytest.raises(TfcalcError, match="try a smaller --seq-len or --batch-size"):
+        profile(spec, device="cpu", memory_budget=1000)
+
+
+def test_layers_extrapolates():
+    r = profile(TINY.replace(n_layers=6), device="cpu", layers=2, warmup=1, repeat=2)
+    assert r.layers_profiled == 2 and r.to_dict()["extrapolated_from_layers"] == 2
+    assert r.flops == count(TINY.replace(n_layers=6)).flops.forward
+
+
+def test_ctrl_c_keeps_what_was_measured():
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+
+    times, interrupted = time_steps(step, torch.device("cpu"), warmup=1, repeat=10)
+    assert interrupted and len(times) == 2
+
+
+def test_datasheet_lookup_uses_dense_figures():
+    h100 = datasheet_for("NVIDIA H100 80GB HBM3")
+    assert h100.name == "H100 SXM" and h100.peaks["bf16"] == 989.4e12  # 1979 TFLOP/s is the sparsity figure
+    assert datasheet_for("NVIDIA H100 PCIe").name == "H100 PCIe"
+    assert datasheet_for("NVIDIA A100-SXM4-80GB").peaks["bf16"] == 312e12
+    assert datasheet_for("NVIDIA L40S").name == "L40S" and datasheet_for("NVIDIA L4").name == "L4"
+    assert datasheet_for("Some Other GPU") is None
+
+
+def test_cli_json_and_sweep():
+    args = ["profile", "-L", "1", "-d", "32", "-H", "4", "-V", "64", "--warmup", "0", "--repeat", "2"]
+    r = runner.invoke(app, [*args, "-N", "8", "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for key in ("device", "dtype", "mode", "time_s", "tokens_per_s", "achieved_flops_per_s", "peak_flops_per_s",
+                "datasheet_peak_flops_per_s", "mfu", "predicted_time_s", "peak_memory_bytes"):
+        assert key in d
+    sweep = json.loads(runner.invoke(app, [*args, "-N", "8,16", "--device", "cpu", "--json"]).output)
+    assert [run["spec"]["seq_len"] for run in sweep["runs"]] == [8, 16]
+    table = runner.invoke(app, [*args, "-N", "8,16", "--device", "cpu", "--mode", "train"])
+    assert table.exit_code == 0 and "Measured against predicted, per N" in table.output
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--device", "tpu"], "device='tpu': expected cpu, cuda or cuda:N"),
+        (["--device", "cuda"], "device='cuda': CUDA is not available here"),
+        (["--dtype", "fp8"], "dtype='fp8': expected one of fp32, bf16, fp16"),
+        (["--mode", "inference"], "mode='inference': expected forward or train"),
+        (["--repeat", "0"], "repeat=0: need warmup >= 0 and repeat >= 1"),
+        (["--layers", "1"], "layers=1: needs 2 <= layers <= n_layers=2"),
+        (["-N", "8,x"], "seq_len='8,x': expected an integer or a comma-separated list"),
+        (["--memory-budget", "1000"], "try a smaller --seq-len or --batch-size"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(extra, message):
+    device = [] if "--device" in extra else ["--device", "cpu"]
+    r = runner.invoke(app, ["profile", "-L", "2", "-d", "32", "-H", "4", "-V", "64", "-N", "8", *device, *extra])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
