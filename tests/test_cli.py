@@ -106,7 +106,7 @@ def test_presets_command():
         (["count", "-p", "gpt2", "-d", "770"], "d_model=770 is not divisible by n_heads=12; give d_head"),
         (["count", "-p", "gpt2", "--top-k", "2"], "top_k=2 is greater than n_experts=1"),
         (["count", "-p", "gpt2", "--mlp", "swiglu"], "'swiglu' is not one of 'standard', 'gated'"),
-        (["count", "-p", "gpt2", "--spec", "x.toml"], "give --preset or --spec, not both"),
+        (["count", "-p", "gpt2", "--spec", "x.toml"], "give one of --preset, --spec or --hf-config, not several"),
         (["count", "--spec", "/nonexistent/x.toml"], "/nonexistent/x.toml: no such file"),
         (["compare", "gpt2", "nope"], "unknown preset 'nope'"),
         (["compare", "llama2-7b", "gpt2", "-N", "2048"], "gpt2: seq_len=2048 exceeds max_positions=1024"),

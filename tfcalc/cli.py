@@ -154,30 +154,50 @@ def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
     return spec.replace(**changes)
 
 
-def resolve(model: Optional[str], spec_file: Optional[Path], overrides: dict[str, Any]) -> tuple[ModelSpec, str]:
-    """(spec, source) from a preset name or a spec file, with overrides; or from the flags alone."""
-    if model is not None and spec_file is not None:
-        raise TfcalcError(f"give --preset or --spec, not both (got --preset {model} and --spec {spec_file})")
+def resolve(model: Optional[str], spec_file: Optional[Path], overrides: dict[str, Any],
+            hf_config: Optional[Path] = None) -> tuple[ModelSpec, str]:
+    """(spec, source) from a preset name, a spec file or a Hugging Face config, with overrides; or from the
+    flags alone."""
+    given = [f"{flag} {value}" for flag, value in (("--preset", model), ("--spec", spec_file),
+                                                    ("--hf-config", hf_config)) if value is not None]
+    if len(given) > 1:
+        raise TfcalcError(f"give one of --preset, --spec or --hf-config, not several (got {', '.join(given)})")
     if model is not None:
         base = find_preset(model)
     elif spec_file is not None:
         base = read_spec_file(spec_file)
+    elif hf_config is not None:
+        from .hf import read_hf_config
+
+        base = read_hf_config(hf_config)
     else:
         try:
             return ModelSpec.model_validate(overrides), "flags"
         except ValidationError as e:
             missing = [err["loc"][0] for err in e.errors() if err["type"] == "missing"]
-            hint = ["give --preset NAME, --spec FILE, or at least " + ", ".join(
+            hint = ["give --preset NAME, --spec FILE, --hf-config PATH, or at least " + ", ".join(
                 f"--{m.replace('_', '-')}" for m in missing)] if missing else []
             raise TfcalcError("\n".join(validation_lines(e) + hint)) from None
     return apply_overrides(base.spec, overrides), base.source
 
 
-def _model_arg(name: str) -> tuple[str | None, Path | None]:
-    """A model on the command line: a spec file if it looks like one, else a preset name."""
-    if name.lower().endswith((".toml", ".json")) or Path(name).is_file():
-        return None, Path(name)
-    return name, None
+def _model_arg(name: str) -> tuple[Optional[str], Optional[Path], Optional[Path]]:
+    """A model on the command line: (preset, spec file, Hugging Face config). A folder, or a JSON file with a
+    model_type, is a Hugging Face config; another .toml or .json file is a spec file; anything else a preset."""
+    path = Path(name)
+    if path.is_dir():
+        return None, None, path
+    if name.lower().endswith(".json") and path.is_file():
+        import json
+
+        try:
+            is_hf = "model_type" in json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError, TypeError):
+            is_hf = False  # read_spec_file reports what is wrong with it
+        return (None, None, path) if is_hf else (None, path, None)
+    if name.lower().endswith((".toml", ".json")) or path.is_file():
+        return None, path, None
+    return name, None, None
 
 
 # ---- output ---------------------------------------------------------------------------------------
@@ -186,6 +206,8 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json: one object of exact integers.")]
 PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="A preset name (`tfcalc presets`).")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", "-s", help="A spec file, TOML or JSON.")]
+HfOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A Hugging Face config.json, or a folder "
+                                                                   "holding one.")]
 
 
 _PIPED_WIDTH = 120
@@ -211,10 +233,10 @@ def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()
 
 @app.command("count")
 @spec_flags
-def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, fmt: FormatOpt = Format.table,
-              as_json: JsonOpt = False) -> None:
+def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Exact parameters and FLOPs of one model, by component."""
-    model_spec, source = resolve(preset, spec, overrides)
+    model_spec, source = resolve(preset, spec, overrides, hf_config)
     result = count(model_spec)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
@@ -231,7 +253,8 @@ def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, f
 @spec_flags
 def compare_cmd(
     overrides: dict,
-    models: Annotated[list[str], typer.Argument(help="Preset names or spec files (.toml/.json).")],
+    models: Annotated[list[str], typer.Argument(help="Preset names, spec files (.toml/.json) or Hugging Face "
+                                                     "configs (config.json or its folder).")],
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
@@ -240,7 +263,8 @@ def compare_cmd(
     results: list[CountResult] = []
     for model in models:
         try:
-            spec, _ = resolve(*_model_arg(model), overrides)
+            preset, spec_file, hf_config = _model_arg(model)
+            spec, _ = resolve(preset, spec_file, overrides, hf_config)
         except ValidationError as e:  # an override that does not fit this model: say which model
             raise TfcalcError("\n".join(f"{model}: {line}" for line in validation_lines(e))) from None
         results.append(count(spec))
@@ -261,14 +285,15 @@ TrainOpt = Annotated[bool, typer.Option("--train", help="Also count forward + ba
 
 @app.command("check")
 @spec_flags
-def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, device: DeviceOpt = "meta",
-              train: TrainOpt = False, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
+              device: DeviceOpt = "meta", train: TrainOpt = False, fmt: FormatOpt = Format.table,
+              as_json: JsonOpt = False) -> None:
     """Hold the analytic counts against torch's FlopCounterMode and fvcore on the real PyTorch model.
 
     Exit code 0 when every row matches, 1 on a mismatch, 2 on bad input."""
     from .verify import check
 
-    model_spec, _ = resolve(preset, spec, overrides)
+    model_spec, _ = resolve(preset, spec, overrides, hf_config)
     report = check(model_spec, device=device, train=train)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
@@ -303,6 +328,7 @@ def profile_cmd(
     overrides: dict,
     preset: PresetOpt = None,
     spec: SpecOpt = None,
+    hf_config: HfOpt = None,
     seq_len: Annotated[Optional[str], typer.Option("--seq-len", "-N", rich_help_panel=_PANEL, help=(
         "Tokens per sequence; a list (256,512,1024) profiles each and shows measured against predicted per N."
     ))] = None,
@@ -327,7 +353,8 @@ def profile_cmd(
     from .profile.runner import resolve_device
 
     lens = _seq_lens(seq_len) if seq_len is not None else [None]
-    specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n})[0] for n in lens]
+    specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]
+             for n in lens]
     if device is None and resolve_device(None).type == "cpu":
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []

@@ -95,6 +95,9 @@ def summary_table(result: CountResult) -> Table:
         ["", "forward, causal attention", exact(f.forward_causal), sci(f.forward_causal)],
         ["MACs", "forward", exact(m.forward), sci(m.forward)],
     ]
+    if f.forward_windowed is not None:
+        rows.insert(9, ["", f"forward, window {result.spec.sliding_window:,}", exact(f.forward_windowed),
+                        sci(f.forward_windowed)])
     spec = result.spec
     caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward: matmuls over "
                f"{spec.batch_size} x {spec.seq_len} tokens, attention over the full N x N; the causal figure "

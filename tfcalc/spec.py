@@ -15,7 +15,7 @@ Size = Annotated[int, Field(gt=0)]
 Count = Annotated[int, Field(ge=0)]
 
 # Fields whose default is derived from other fields; None in the input means "derive it".
-DERIVED = ("d_head", "n_kv_heads", "d_ff", "max_positions", "d_expert", "d_shared_expert")
+DERIVED = ("d_head", "n_kv_heads", "d_ff", "max_positions", "d_expert", "d_shared_expert", "sliding_window_layers")
 
 
 class ModelSpec(BaseModel):
@@ -57,8 +57,9 @@ class ModelSpec(BaseModel):
     )
     norm_position: Literal["pre", "post"] = Field("pre", description="Norm before (pre) or after (post) each sublayer.")
     final_norm: bool = Field(True, description="A norm after the last block.")
-    bias: bool = Field(True, description="Biases on the attention and MLP linear layers.")
-    qkv_bias: bool | None = Field(None, description="Biases on q, k, v only; default: same as bias (Qwen2: true).")
+    bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
+    qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
+    mlp_bias: bool | None = Field(None, description="Biases on the MLP and expert linears; default: same as bias.")
     tie_embeddings: bool = Field(True, description="LM head shares the token embedding matrix.")
     lm_head: bool = Field(True, description="A vocabulary projection at the end (false for a bare encoder).")
 
@@ -68,6 +69,13 @@ class ModelSpec(BaseModel):
     )
     max_positions: Size | None = Field(
         None, description="Rows of the learned position table; default seq_len. Only for learned positions."
+    )
+    sliding_window: Size | None = Field(
+        None, description="Causal attention window (Mistral, Qwen2). forward stays full N x N; the windowed "
+                          "figure is reported beside it."
+    )
+    sliding_window_layers: Count | None = Field(
+        None, description="Blocks that use the window; default all of them when sliding_window is set."
     )
 
     # encoder extras (BERT)
@@ -125,6 +133,16 @@ class ModelSpec(BaseModel):
             self._set("d_shared_expert", self.d_expert)
         if self.shared_expert_gate and not self.n_shared_experts and self.n_experts > 1:
             problems.append("shared_expert_gate=True needs n_shared_experts > 0, got n_shared_experts=0")
+        if self.sliding_window is None:
+            if self.sliding_window_layers is not None:
+                problems.append(f"sliding_window_layers={self.sliding_window_layers} needs a sliding_window")
+        elif self.sliding_window_layers is None:
+            self._set("sliding_window_layers", self.n_layers)
+        elif self.sliding_window_layers > self.n_layers:
+            problems.append(f"sliding_window_layers={self.sliding_window_layers} is more than "
+                            f"n_layers={self.n_layers}")
+        if self.sliding_window is not None and not self.causal:
+            problems.append(f"sliding_window={self.sliding_window} is a causal window; set causal=true")
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
@@ -156,6 +174,10 @@ class ModelSpec(BaseModel):
     @property
     def has_qkv_bias(self) -> bool:
         return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_mlp_bias(self) -> bool:
+        return self.bias if self.mlp_bias is None else self.mlp_bias
 
     @property
     def label(self) -> str:

@@ -52,6 +52,7 @@ class FlopCounts:
     components: Breakdown
     forward_causal: int
     tokens: int
+    forward_windowed: int | None = None  # with the spec's sliding window, when it has one
 
     @property
     def forward(self) -> int:
@@ -82,6 +83,7 @@ class FlopCounts:
             "per_token": self.per_token,
             "train_per_token": self.train_per_token,
             "forward_causal": self.forward_causal,
+            "forward_windowed": self.forward_windowed,
             "components": self.components.to_dict(),
         }
 
@@ -135,8 +137,12 @@ def count(spec: ModelSpec) -> CountResult:
     fwd = flops.forward(spec)
     causal = flops.causal_attention(spec)
     forward_causal = fwd.total - sum(fwd[k] - causal[k] for k in causal)
+    forward_windowed = None
+    if spec.sliding_window is not None:
+        windowed = flops.windowed_attention(spec)
+        forward_windowed = fwd.total - sum(fwd[k] - windowed[k] for k in windowed)
     result_params = ParamCounts(p, active, embedding)
-    result_flops = FlopCounts(fwd, forward_causal, spec.tokens)
+    result_flops = FlopCounts(fwd, forward_causal, spec.tokens, forward_windowed)
     published = estimates.published(
         spec,
         n_non_embedding=active - embedding,

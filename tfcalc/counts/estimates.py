@@ -77,7 +77,9 @@ def non_matmul(spec: ModelSpec) -> Breakdown:
     per_hidden = ACTIVATION_PER_ELEMENT[spec.activation] + (GATE_MULTIPLY if spec.mlp == "gated" else 0)
     biases = 0
     if spec.bias:
-        biases += L * T * (D + mlp_width * (mlp_matrices(spec) - 1) + D)  # out, up [and gate], down
+        biases += L * T * D  # attention out
+    if spec.has_mlp_bias:
+        biases += L * T * (mlp_width * (mlp_matrices(spec) - 1) + D)  # up [and gate], down
     if spec.has_qkv_bias:
         biases += L * T * (spec.d_attn + 2 * spec.d_kv)
     return Breakdown({

@@ -62,6 +62,25 @@ def forward(spec: ModelSpec) -> Breakdown:
     return Breakdown(c)
 
 
+def _pairs(n: int, window: int | None) -> int:
+    """(query, key) pairs with key <= query and, with a window, query - key < window."""
+    if window is None or window >= n:
+        return n * (n + 1) // 2
+    return window * (window + 1) // 2 + (n - window) * window
+
+
+def windowed_attention(spec: ModelSpec) -> Breakdown:
+    """Scores and value mixing as a sliding-window kernel computes them: each query against its last
+    `sliding_window` keys in the windowed blocks, the causal lower triangle in the others."""
+    B, H, N, dh = spec.batch_size, spec.n_heads, spec.seq_len, spec.d_head
+    windowed, full = spec.sliding_window_layers, spec.n_layers - spec.sliding_window_layers
+    pairs = windowed * _pairs(N, spec.sliding_window) + full * _pairs(N, None)
+    return Breakdown({
+        "attention/scores": B * H * matmul(pairs, dh, 1),
+        "attention/values": B * H * matmul(pairs, 1, dh),
+    })
+
+
 def causal_attention(spec: ModelSpec) -> Breakdown:
     """Scores and value mixing over the lower triangle only (query i sees keys 0..i): N(N+1)/2 pairs.
 
@@ -72,7 +91,7 @@ def causal_attention(spec: ModelSpec) -> Breakdown:
     if not spec.causal:
         return Breakdown({k: full[k] for k in ("attention/scores", "attention/values")})
     L, B, H, N, dh = spec.n_layers, spec.batch_size, spec.n_heads, spec.seq_len, spec.d_head
-    pairs = N * (N + 1) // 2
+    pairs = _pairs(N, None)
     return Breakdown({
         # one dh-long dot product per (query, key) pair with key <= query
         "attention/scores": L * B * H * matmul(pairs, dh, 1),

@@ -27,7 +27,8 @@ def mlp_matrices(spec: ModelSpec) -> int:
 def expert(spec: ModelSpec, d_hidden: int) -> int:
     """One MLP of hidden width d_hidden: up [and gate] D -> d_hidden, down d_hidden -> D."""
     D = spec.d_model
-    return (mlp_matrices(spec) - 1) * linear(D, d_hidden, spec.bias) + linear(d_hidden, D, spec.bias)
+    bias = spec.has_mlp_bias
+    return (mlp_matrices(spec) - 1) * linear(D, d_hidden, bias) + linear(d_hidden, D, bias)
 
 
 def params(spec: ModelSpec) -> Breakdown:
@@ -51,11 +52,11 @@ def params(spec: ModelSpec) -> Breakdown:
             "moe/shared_gate": L * linear(D, 1, False) if spec.shared_expert_gate else 0,
         }
     else:
-        gated = spec.mlp == "gated"
+        gated, bias = spec.mlp == "gated", spec.has_mlp_bias
         c |= {
-            "mlp/up": L * linear(D, spec.d_ff, spec.bias),
-            "mlp/gate": L * linear(D, spec.d_ff, spec.bias) if gated else 0,
-            "mlp/down": L * linear(spec.d_ff, D, spec.bias),
+            "mlp/up": L * linear(D, spec.d_ff, bias),
+            "mlp/gate": L * linear(D, spec.d_ff, bias) if gated else 0,
+            "mlp/down": L * linear(spec.d_ff, D, bias),
         }
     c |= {
         "final_norm": norm(spec) if spec.final_norm else 0,

@@ -125,9 +125,10 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, spec: ModelSpec, d_hidden: int):
         super().__init__()
-        self.up = nn.Linear(spec.d_model, d_hidden, bias=spec.bias)
-        self.gate = nn.Linear(spec.d_model, d_hidden, bias=spec.bias) if spec.mlp == "gated" else None
-        self.down = nn.Linear(d_hidden, spec.d_model, bias=spec.bias)
+        bias = spec.has_mlp_bias
+        self.up = nn.Linear(spec.d_model, d_hidden, bias=bias)
+        self.gate = nn.Linear(spec.d_model, d_hidden, bias=bias) if spec.mlp == "gated" else None
+        self.down = nn.Linear(d_hidden, spec.d_model, bias=bias)
         self.act = ACTIVATIONS[spec.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
