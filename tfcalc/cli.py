@@ -349,7 +349,6 @@ def profile_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Time the real model on the local GPU (or CPU): achieved FLOP/s, MFU, predicted against measured time."""
-    from .profile import profile
     from .profile.runner import resolve_device
 
     lens = _seq_lens(seq_len) if seq_len is not None else [None]
@@ -359,8 +358,7 @@ def profile_cmd(
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []
     for s in specs:
-        results.append(_profile_with_progress(profile, s, device, dtype, mode, warmup, repeat, compile_, layers,
-                                              memory_budget))
+        results.append(_profile_with_progress(s, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget))
         if results[-1].interrupted:
             break
     fmt = Format.json if as_json else fmt
@@ -380,9 +378,12 @@ def profile_cmd(
         _print_tables(tables, fmt, render.profile_lines(results[0]))
 
 
-def _profile_with_progress(profile, spec, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget):
+def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget):
+    """profile() under a progress bar on stderr (transient, so that --json output stays clean)."""
     from rich.console import Console
     from rich.progress import Progress
+
+    from .profile import profile
 
     steps = (warmup + repeat) * (2 if layers else 1)
     with Progress(console=Console(stderr=True), transient=True) as progress:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..counts import count
 from ..errors import TfcalcError
@@ -67,7 +67,6 @@ class CheckReport:
     notes: list[str]
     train: TrainRow | None = None
     routing: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def match(self) -> bool:
