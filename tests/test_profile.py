@@ -116,3 +116,14 @@ def test_bad_options_exit_2_with_one_line(extra, message):
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_out_of_memory_becomes_a_message(monkeypatch):
+    from tfcalc.profile import runner
+
+    def oom(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(runner, "time_steps", oom)
+    with pytest.raises(TfcalcError, match="CUDA ran out of memory in a forward step although the estimate"):
+        profile(TINY, device="cpu", warmup=0, repeat=1)

@@ -228,11 +228,19 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
         inputs = example_inputs(run_spec, dev)
         return time_steps(_step(model, inputs, mode), dev, warmup, repeat, on_step)
 
-    times, interrupted = timed(profiled.n_layers)
-    timing = Timing.of(times)
-    if layers is not None and not interrupted:
-        one, interrupted = timed(1)
-        timing = _extrapolate(Timing.of(one), timing, layers, spec.n_layers)
+    try:
+        times, interrupted = timed(profiled.n_layers)
+        timing = Timing.of(times)
+        if layers is not None and not interrupted:
+            one, interrupted = timed(1)
+            timing = _extrapolate(Timing.of(one), timing, layers, spec.n_layers)
+    except torch.cuda.OutOfMemoryError:
+        # the estimate said it would fit (fragmentation, other processes, workspaces): say so, no traceback
+        torch.cuda.empty_cache()
+        fit = layers_that_fit(spec, size, mode, budget // 2)
+        hint = f"try --layers {fit}" if fit >= 2 else "try a smaller --seq-len or --batch-size"
+        raise TfcalcError(f"{spec.label}: CUDA ran out of memory in a {mode} step although the estimate "
+                          f"({need / 2**30:.2f} GiB) fitted in {budget / 2**30:.2f} GiB; {hint}") from None
     if dev.type == "cuda":
         peak_memory = torch.cuda.max_memory_allocated(dev)
     else:
