@@ -23,10 +23,13 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         activation=draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"])),
         norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), norm_position=draw(st.sampled_from(["pre", "post"])),
         final_norm=draw(st.booleans()), bias=draw(st.booleans()), qkv_bias=draw(st.none() | st.booleans()),
+        mlp_bias=draw(st.none() | st.booleans()),
         tie_embeddings=draw(st.booleans()), lm_head=draw(st.booleans()), positions=positions,
         n_token_types=draw(st.integers(0, 3)), embedding_norm=draw(st.booleans()), pooler=draw(st.booleans()),
         causal=draw(st.booleans()),
     )
+    if fields["causal"] and draw(st.booleans()):
+        fields["sliding_window"] = draw(st.integers(1, 2 * max_seq))
     if positions == "learned":
         fields["max_positions"] = seq_len + draw(st.integers(0, 4))
     if is_moe:
