@@ -366,10 +366,9 @@ def profile_cmd(
         data = [r.to_dict() for r in results]
         typer.echo(render.to_json(data[0] if len(data) == 1 else {"runs": data}))
     elif fmt is Format.csv:
-        rows = [[r.spec.seq_len, *(v for _, v in render.flatten({k: v for k, v in r.to_dict().items()
-                                                                 if k != "spec"}))] for r in results]
-        header = ["seq_len", *(k for k, _ in render.flatten({k: v for k, v in results[0].to_dict().items()
-                                                            if k != "spec"}))]
+        flat = [render.flatten({k: v for k, v in r.to_dict().items() if k != "spec"}) for r in results]
+        header = ["seq_len", *(k for k, _ in flat[0])]
+        rows = [[r.spec.seq_len, *(v for _, v in f)] for r, f in zip(results, flat)]
         typer.echo(render.to_csv(header, rows), nl=False)
     else:
         tables = [render.profile_table(r) for r in results]
@@ -395,14 +394,15 @@ def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, 
 @app.command("presets")
 def presets_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Every preset with its headline figures and source."""
-    entries = [(p.name, p.description, count(p.spec), p.source) for p in list_presets()]
+    presets = list_presets()
+    entries = [(p.name, p.description, count(p.spec), p.source) for p in presets]
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json({name: {
-            "description": desc, "source": source, "aliases": list(find_preset(name).aliases),
+            "description": desc, "source": source, "aliases": list(p.aliases),
             "params": {"total": r.params.total, "active": r.params.active},
             "seq_len": r.spec.seq_len, "flops": {"forward": r.flops.forward},
-        } for name, desc, r, source in entries}))
+        } for p, (name, desc, r, source) in zip(presets, entries)}))
     elif fmt is Format.csv:
         rows = [[name, r.params.total, r.params.active, r.spec.seq_len, r.flops.forward, source]
                 for name, _, r, source in entries]

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 from ..spec import ModelSpec
 from .breakdown import Breakdown
-from .params import mlp_matrices
+from .params import mlp_matrices, mlp_width
 
 
 @dataclass(frozen=True)
@@ -70,22 +70,19 @@ def non_matmul(spec: ModelSpec) -> Breakdown:
     """An estimate of the forward FLOPs that are not matmuls (softmax, norms, activations, residuals, biases)."""
     L, D, T, B, H, N = spec.n_layers, spec.d_model, spec.tokens, spec.batch_size, spec.n_heads, spec.seq_len
     n_norms = 2 * L + spec.final_norm + spec.embedding_norm
-    if spec.is_moe:
-        mlp_width = spec.top_k * spec.d_expert + spec.n_shared_experts * spec.d_shared_expert
-    else:
-        mlp_width = spec.d_ff
+    width = mlp_width(spec)
     per_hidden = ACTIVATION_PER_ELEMENT[spec.activation] + (GATE_MULTIPLY if spec.mlp == "gated" else 0)
     biases = 0
     if spec.bias:
         biases += L * T * D  # attention out
     if spec.has_mlp_bias:
-        biases += L * T * (mlp_width * (mlp_matrices(spec) - 1) + D)  # up [and gate], down
+        biases += L * T * (width * (mlp_matrices(spec) - 1) + D)  # up [and gate], down
     if spec.has_qkv_bias:
         biases += L * T * (spec.d_attn + 2 * spec.d_kv)
     return Breakdown({
         "attention/softmax": L * B * H * N * N * SOFTMAX_PER_SCORE,
         "norms": n_norms * T * D * NORM_PER_ELEMENT[spec.norm],
-        "activations": L * T * mlp_width * per_hidden,
+        "activations": L * T * width * per_hidden,
         "residual": L * RESIDUAL_PER_BLOCK * T * D,
         "bias": biases,
         # softmax over E router logits, then weighting each of the top_k expert outputs

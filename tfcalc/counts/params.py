@@ -24,6 +24,13 @@ def mlp_matrices(spec: ModelSpec) -> int:
     return 3 if spec.mlp == "gated" else 2
 
 
+def mlp_width(spec: ModelSpec) -> int:
+    """Hidden units one token passes through in the MLP, or in its top_k routed and shared experts."""
+    if spec.is_moe:
+        return spec.top_k * spec.d_expert + spec.n_shared_experts * spec.d_shared_expert
+    return spec.d_ff
+
+
 def expert(spec: ModelSpec, d_hidden: int) -> int:
     """One MLP of hidden width d_hidden: up [and gate] D -> d_hidden, down d_hidden -> D."""
     D = spec.d_model

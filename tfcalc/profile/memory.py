@@ -7,33 +7,28 @@ import os
 import torch
 
 from ..counts import count
-from ..counts.params import mlp_matrices
+from ..counts.params import mlp_matrices, mlp_width
 from ..spec import ModelSpec
 
 OVERHEAD = 1.2  # allocator slack, workspaces, temporaries we do not model
 
 
-def mlp_width(spec: ModelSpec) -> int:
-    """Hidden units one token passes through in the MLP or MoE layer."""
-    if spec.is_moe:
-        return spec.top_k * spec.d_expert + spec.n_shared_experts * spec.d_shared_expert
-    return spec.d_ff
-
-
-def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str) -> int:
+def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = False) -> int:
     """Bytes a step needs: weights, then (train) gradients and the activations saved for backward, or (forward)
-    the few activations alive at once. Attention is assumed fused (no N x N matrix kept)."""
+    the few activations alive at once. Attention is assumed fused unless `scores`: then one block's N x N
+    scores and probabilities are added (the explicit-matmul path)."""
     T, D = spec.tokens, spec.d_model
     F = mlp_width(spec) * (mlp_matrices(spec) - 1)
     qkv = spec.d_attn + 2 * spec.d_kv
     logits = T * spec.vocab_size if spec.lm_head else 0
     weights = count(spec).params.total * dtype_bytes
+    extra = 2 * spec.batch_size * spec.n_heads * spec.seq_len**2 * dtype_bytes if scores else 0
     if mode == "forward":
         live = T * (4 * D + 2 * max(qkv, F, spec.d_attn)) + 2 * logits
-        return int(OVERHEAD * (weights + live * dtype_bytes))
+        return int(OVERHEAD * (weights + live * dtype_bytes + extra))
     per_block = T * (4 * D + qkv + 2 * spec.d_attn + 2 * F + mlp_width(spec))  # saved for backward
     activations = spec.n_layers * per_block + 3 * logits
-    return int(OVERHEAD * (2 * weights + activations * dtype_bytes))
+    return int(OVERHEAD * (2 * weights + activations * dtype_bytes + extra))
 
 
 def available_bytes(device: torch.device) -> int:

@@ -15,7 +15,7 @@ from ..counts.params import mlp_matrices
 from ..errors import TfcalcError
 from ..reference import build_model, example_inputs
 from ..spec import ModelSpec
-from .memory import available_bytes, estimate_bytes, layers_that_fit, mlp_width
+from .memory import available_bytes, estimate_bytes, layers_that_fit
 from .peak import Datasheet, GemmPeak, datasheet_for, math_mode, measure_gemm
 from .timing import time_steps
 

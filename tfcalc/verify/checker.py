@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 
@@ -149,10 +148,6 @@ def _import_torch():
     return torch
 
 
-# Refuse to allocate more than this share of physical memory for weights, gradients and activations.
-MEMORY_SHARE = 0.5
-
-
 def _validate_device(torch, device: str, spec: ModelSpec) -> str:
     kind = device.split(":")[0]
     if kind not in DEVICES:
@@ -160,19 +155,14 @@ def _validate_device(torch, device: str, spec: ModelSpec) -> str:
     if kind == "cuda" and not torch.cuda.is_available():
         raise TfcalcError(f"device={device!r}: CUDA is not available here; use --device meta or cpu")
     if kind == "cpu":
-        need = _bytes_needed(spec)
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if need > MEMORY_SHARE * have:
+        from ..profile.memory import available_bytes, estimate_bytes
+
+        # fp32, a train step on the explicit path (--train): the most a check can allocate
+        need = estimate_bytes(spec, 4, "train", scores=True)
+        have = available_bytes(torch.device("cpu"))
+        if need > have:
             raise TfcalcError(
-                f"device='cpu': {spec.label} needs about {need / 2**30:.1f} GiB (fp32 weights, gradients and "
-                f"attention scores) and this machine has {have / 2**30:.1f} GiB; use --device meta (counts "
-                "without allocating), or smaller --n-layers/--seq-len")
+                f"device='cpu': {spec.label} needs about {need / 2**30:.1f} GiB (fp32 weights, gradients, "
+                f"activations and attention scores) and {have / 2**30:.1f} GiB is available; use --device meta "
+                "(counts without allocating), or smaller --n-layers/--seq-len")
     return device
-
-
-def _bytes_needed(spec: ModelSpec) -> int:
-    """A rough fp32 estimate: weights and gradients, the N x N scores of one block, and hidden states."""
-    r = count(spec)
-    scores = spec.batch_size * spec.n_heads * spec.seq_len**2
-    hidden = spec.tokens * max(spec.d_model, spec.vocab_size, spec.d_ff or 0) * 8
-    return 4 * (2 * r.params.total + 2 * scores + hidden)
