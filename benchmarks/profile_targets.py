@@ -34,18 +34,17 @@ def main() -> int:
     args = parser.parse_args()
     results, ok = {}, True
     if not args.skip_cpu:
-        target_met = False
         for compiled in (False, True):
             r = profile(load_preset("gpt2").replace(seq_len=512), device="cpu", warmup=2, repeat=7, compile=compiled)
             off = abs(r.predicted_time_s - r.time.median) / r.time.median
             by_shape = abs(r.predicted_by_shape_s - r.time.median) / r.time.median
             met = r.mfu >= 0.6 and off <= 0.2
-            target_met |= met
+            if not compiled:  # the target is for the plain model; the compiled one is shown beside it
+                ok &= met
             label = f"cpu gpt2 N=512 forward fp32{' compile' if compiled else ''}"
             print(line(label, r), f"| predicted off by {off:.1%} (by shape {by_shape:.1%}) |",
-                  "met" if met else "NOT met")
+                  ("met" if met else "NOT met") if not compiled else "", f"| {r.cpu_allocator}")
             results[label.replace(" ", "_")] = r.to_dict()
-        ok &= target_met
         r = profile(load_preset("gpt2").replace(seq_len=128, n_layers=2), device="cpu", mode="train", repeat=3)
         print(line("cpu gpt2 L=2 N=128 train fp32", r))
         results["cpu_gpt2_small_train"] = r.to_dict()

@@ -2,6 +2,9 @@
 No timing thresholds here: speed belongs in benchmarks/profile_targets.py."""
 
 import json
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,7 +16,9 @@ from tfcalc.profile import profile
 from tfcalc.profile.memory import estimate_bytes
 from tfcalc.profile.peak import datasheet_for
 from tfcalc.profile.runner import matmul_shapes
-from tfcalc.profile.timing import time_steps
+from tfcalc.profile import allocator, runner as profile_runner
+from tfcalc.profile.peak import GemmBench, gemm_bytes
+from tfcalc.profile.timing import time_interleaved, time_steps
 
 TINY = ModelSpec(n_layers=2, d_model=32, n_heads=4, vocab_size=64, seq_len=16, batch_size=2)
 runner = CliRunner()
@@ -32,7 +37,7 @@ def test_figures_are_consistent(mode):
     assert d["tokens_per_s"] == pytest.approx(TINY.tokens / d["time_s"]["median"])
     assert d["device"] == "cpu" and d["dtype"] == "fp32" and d["mode"] == mode
     assert d["datasheet_peak_flops_per_s"] is None and d["repeats"] == 3
-    for key in ("peak_memory_bytes", "predicted_time_by_shape_s", "achieved_causal_flops_per_s"):
+    for key in ("peak_memory_bytes", "predicted_time_by_shape_s", "achieved_causal_flops_per_s", "cpu_allocator"):
         assert key in d
 
 
@@ -72,6 +77,71 @@ def test_ctrl_c_keeps_what_was_measured():
 
     times, interrupted = time_steps(step, torch.device("cpu"), warmup=1, repeat=10)
     assert interrupted and len(times) == 2
+
+
+def test_interleaved_steps_take_turns_and_keep_whole_rounds():
+    calls = []
+
+    def step(name):
+        def run():
+            calls.append(name)
+            if len(calls) == 9:  # warm-up round (2 calls), timed rounds 1-3, interrupted inside round 4
+                raise KeyboardInterrupt
+        return run
+
+    (a, b), interrupted = time_interleaved([step("a"), step("b")], torch.device("cpu"), warmup=1, repeat=10)
+    assert calls == ["a", "b"] * 4 + ["a"]
+    assert interrupted and len(a) == len(b) == 3
+
+
+def test_gemm_bench_shares_buffers_between_shapes():
+    shapes = [(4, 8, 16), (4, 16, 8), (2, 8, 100)]
+    bench = GemmBench(shapes, torch.device("cpu"), torch.float32)
+    assert bench.nbytes == 4 * (4 * 16 + 100 * 8)  # the largest input and weight, not their sum
+    assert gemm_bytes(shapes, 4) == bench.nbytes + 4 * 200  # and the largest output: [2, 100]
+    assert [tuple(bench.step(s)().shape) for s in shapes] == [(4, 16), (4, 8), (2, 100)]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's; elsewhere tune() changes nothing")
+def test_tuned_allocator_keeps_large_blocks_out_of_mmap():
+    # In a fresh process, so that the setting of this test process (profile() tunes it) does not matter:
+    # mallinfo2's hblkhd is the bytes malloc holds in mmap'd blocks; a 64 MiB block is mmap'd by default only.
+    code = """
+import ctypes
+from tfcalc.profile import allocator
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype = Info, ctypes.c_void_p
+libc.free.argtypes = (ctypes.c_void_p,)
+
+def mmapped_while_holding(size):
+    block = libc.malloc(size)
+    held = libc.mallinfo2().hblkhd
+    libc.free(block)
+    return held >= size
+
+print(allocator.state(), mmapped_while_holding(64 << 20))
+state = allocator.tune()
+print(state == allocator.state(), mmapped_while_holding(64 << 20))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "default True"
+    assert out[1] == "True False"
+
+
+def test_default_allocator_flag_leaves_malloc_alone(monkeypatch):
+    def fail():
+        raise AssertionError("tune() called with --default-allocator")
+
+    monkeypatch.setattr(allocator, "tune", fail)
+    args = ["profile", "-L", "1", "-d", "32", "-H", "4", "-V", "64", "-N", "8", "--warmup", "0", "--repeat", "1"]
+    r = runner.invoke(app, [*args, "--device", "cpu", "--default-allocator", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["cpu_allocator"] == allocator.state()
 
 
 def test_datasheet_lookup_uses_dense_figures():
@@ -119,11 +189,9 @@ def test_bad_options_exit_2_with_one_line(extra, message):
 
 
 def test_out_of_memory_becomes_a_message(monkeypatch):
-    from tfcalc.profile import runner
-
     def oom(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(runner, "time_steps", oom)
+    monkeypatch.setattr(profile_runner, "time_interleaved", oom)
     with pytest.raises(TfcalcError, match="CUDA ran out of memory in a forward step although the estimate"):
         profile(TINY, device="cpu", warmup=0, repeat=1)

@@ -345,6 +345,9 @@ def profile_cmd(
                                                                    "(for models that do not fit).")] = None,
     memory_budget: Annotated[Optional[int], typer.Option("--memory-budget", help="Bytes the step may use "
                                                          "(default: what the device has free).")] = None,
+    tune_allocator: Annotated[bool, typer.Option("--tune-allocator/--default-allocator", help=(
+        "CPU: keep freed blocks in glibc's heap so that steps do not pay for page faults (mallopt; see "
+        "docs/profiling.md), or leave malloc as it is."))] = True,
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
@@ -358,7 +361,8 @@ def profile_cmd(
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []
     for s in specs:
-        results.append(_profile_with_progress(s, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget))
+        results.append(_profile_with_progress(s, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget,
+                                              tune_allocator))
         if results[-1].interrupted:
             break
     fmt = Format.json if as_json else fmt
@@ -377,7 +381,8 @@ def profile_cmd(
         _print_tables(tables, fmt, render.profile_lines(results[0]))
 
 
-def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget):
+def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget,
+                           tune_allocator):
     """profile() under a progress bar on stderr (transient, so that --json output stays clean)."""
     from rich.console import Console
     from rich.progress import Progress
@@ -388,7 +393,8 @@ def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, 
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(f"{spec.label} {mode}", total=steps)
         return profile(spec, device=device, dtype=dtype, mode=mode, warmup=warmup, repeat=repeat, compile=compile_,
-                       layers=layers, memory_budget=memory_budget, on_step=lambda kind: progress.advance(task))
+                       layers=layers, memory_budget=memory_budget, tune_allocator=tune_allocator,
+                       on_step=lambda kind: progress.advance(task))
 
 
 @app.command("presets")

@@ -338,6 +338,8 @@ def profile_lines(result) -> list[str]:
     lines = [f"{result.spec.label}: {describe(result.spec)}",
              f"device: {result.device} ({result.device_name}), dtype {result.dtype}, mode {result.mode}"
              f"{', torch.compile' if result.compiled else ''}"]
+    if result.cpu_allocator:
+        lines.append(f"allocator: {result.cpu_allocator}")
     if result.layers_profiled:
         lines.append(f"extrapolated: blocks 1 and {result.layers_profiled} were timed; the full "
                      f"{result.spec.n_layers}-block time is t(1) + (L - 1) x per-block time")
@@ -377,9 +379,10 @@ def profile_table(result) -> Table:
         rows.append(["peak, datasheet", "- (no datasheet figure for this device)"])
     rows.append(["peak memory", f"{human(result.peak_memory_bytes)}B" if result.device == "cpu"
                  else f"{result.peak_memory_bytes / 2**30:.2f} GiB"])
-    caption = ("FLOPs = 2 per multiply-add, matmuls only, full N x N attention; MFU = achieved / peak. "
+    caption = ("FLOPs = 2 per multiply-add, matmuls only, full N x N attention; MFU = achieved / peak, the GEMMs "
+               "timed in turn with the steps. "
                + ("CPU memory: growth of the process's peak RSS." if result.device == "cpu"
-                  else "GPU memory: torch.cuda.max_memory_allocated."))
+                  else "GPU memory: torch.cuda.max_memory_allocated, less the GEMM buffers."))
     return Table(f"Profile at N = {result.spec.seq_len:,}", ["figure", "value"], rows, caption)
 
 

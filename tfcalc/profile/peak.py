@@ -8,11 +8,11 @@ TF32 for fp32 matmuls unless allowed, and then the tf32 figure applies).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from .timing import time_steps
 
 T = 10**12
 
@@ -65,22 +65,41 @@ def math_mode(dtype: torch.dtype) -> str:
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
 
 
+Shape = tuple[int, int, int]  # m, k, n: [m, k] @ [k, n]
+
+
 @dataclass(frozen=True)
 class GemmPeak:
-    shape: tuple[int, int, int]  # m, k, n
+    shape: Shape
     flops_per_s: float
     seconds: float
 
+    @classmethod
+    def of(cls, shape: Shape, times: list[float]) -> GemmPeak:
+        """From the median of the timed runs: the same statistic as the step it is compared with."""
+        m, k, n = shape
+        median = statistics.median(times)
+        return cls(shape, 2 * m * k * n / median, median)
 
-def measure_gemm(shape: tuple[int, int, int], device: torch.device, dtype: torch.dtype, warmup: int = 2,
-                 repeat: int = 5) -> GemmPeak:
-    """FLOP/s of [m, k] @ [k, n] on `device` in `dtype`, from the median of `repeat` timed runs: the same
-    statistic as the step it is compared with, taken in the same process under the same conditions.
 
-    The product is laid out as nn.Linear lays it out: x [m, k] times a weight stored [n, k]."""
-    m, k, n = shape
-    x = torch.randn(m, k, device=device, dtype=dtype)
-    weight = torch.randn(n, k, device=device, dtype=dtype)
-    times, _ = time_steps(lambda: torch.nn.functional.linear(x, weight), device, warmup, repeat)
-    median = statistics.median(times)
-    return GemmPeak(shape, 2 * m * k * n / median, median)
+def gemm_bytes(shapes: list[Shape], dtype_bytes: int) -> int:
+    """Memory the GEMM operands of GemmBench(shapes) take: the largest input, weight and output."""
+    return dtype_bytes * (max(m * k for m, k, _ in shapes) + max(n * k for _, k, n in shapes)
+                          + max(m * n for m, _, n in shapes))
+
+
+class GemmBench:
+    """A GEMM at each of `shapes`, laid out as nn.Linear lays out its product (x [m, k] times a weight stored
+    [n, k], a fresh output each call). Inputs and weights are views of two shared random buffers, so they take
+    the memory of the largest operands, not of all of them."""
+
+    def __init__(self, shapes: list[Shape], device: torch.device, dtype: torch.dtype):
+        self.shapes = shapes
+        self._x = torch.randn(max(m * k for m, k, _ in shapes), device=device, dtype=dtype)
+        self._w = torch.randn(max(n * k for _, k, n in shapes), device=device, dtype=dtype)
+        self.nbytes = (self._x.numel() + self._w.numel()) * self._x.element_size()
+
+    def step(self, shape: Shape) -> Callable[[], object]:
+        m, k, n = shape
+        x, weight = self._x[: m * k].view(m, k), self._w[: n * k].view(n, k)
+        return lambda: torch.nn.functional.linear(x, weight)

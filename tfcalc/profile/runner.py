@@ -15,9 +15,10 @@ from ..counts.params import mlp_matrices
 from ..errors import TfcalcError
 from ..reference import build_model, example_inputs
 from ..spec import ModelSpec
+from . import allocator
 from .memory import available_bytes, estimate_bytes, layers_that_fit
-from .peak import Datasheet, GemmPeak, datasheet_for, math_mode, measure_gemm
-from .timing import time_steps
+from .peak import Datasheet, GemmBench, GemmPeak, Shape, datasheet_for, gemm_bytes, math_mode
+from .timing import time_interleaved
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MODES = ("forward", "train")
@@ -53,6 +54,7 @@ class ProfileResult:
     peak_memory_bytes: int
     interrupted: bool = False
     layers_profiled: int | None = None  # set when the time is extrapolated from fewer blocks
+    cpu_allocator: str | None = None  # the host allocator setting a CPU run ran under (profile.allocator)
 
     @property
     def tokens_per_s(self) -> float:
@@ -120,6 +122,7 @@ class ProfileResult:
             "predicted_time_datasheet_s": self.predicted_time_datasheet_s,
             "predicted_time_by_shape_s": self.predicted_by_shape_s,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "cpu_allocator": self.cpu_allocator,
         }
 
 
@@ -139,8 +142,6 @@ def resolve_device(device: str | None) -> torch.device:
             raise TfcalcError(f"device={device!r}: there are {torch.cuda.device_count()} CUDA devices")
     return resolved
 
-
-Shape = tuple[int, int, int]
 
 
 def component_shapes(spec: ModelSpec) -> dict[str, list[tuple[Shape, Fraction]]]:
@@ -186,10 +187,13 @@ def predict_by_shape(spec: ModelSpec, forward: Breakdown, rates: dict[Shape, flo
 
 def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None, mode: str = "forward",
             warmup: int = 2, repeat: int = 5, compile: bool = False, layers: int | None = None,
-            memory_budget: int | None = None, on_step: Callable[[str], None] | None = None) -> ProfileResult:
+            memory_budget: int | None = None, on_step: Callable[[str], None] | None = None,
+            tune_allocator: bool = True) -> ProfileResult:
     """Time `repeat` steps of the reference model (after `warmup` untimed ones) and compare with the count.
 
-    With `layers=K`, blocks 1 and K are timed and the full model's time is extrapolated linearly in blocks."""
+    With `layers=K`, blocks 1 and K are timed and the full model's time is extrapolated linearly in blocks.
+    On the CPU, `tune_allocator` keeps freed blocks in glibc's heap for the rest of the process, so that steps
+    do not pay for page faults (`tfcalc.profile.allocator`); the result says which setting was in effect."""
     dev = resolve_device(device)
     dtype = dtype or ("bf16" if dev.type == "cuda" else "fp32")
     if dtype not in DTYPES:
@@ -205,56 +209,65 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
     size = torch.tensor([], dtype=torch_dtype).element_size()
     budget = memory_budget if memory_budget is not None else available_bytes(dev)
     profiled = spec if layers is None else spec.replace(n_layers=layers)
-    need = estimate_bytes(profiled, size, mode)
+    shapes = matmul_shapes(spec)
+    gemm_need = gemm_bytes(shapes, size)  # the peak's GEMMs run beside the model
+    need = estimate_bytes(profiled, size, mode) + gemm_need
     if need > budget:
-        fit = layers_that_fit(spec, size, mode, budget)
+        fit = layers_that_fit(spec, size, mode, budget - gemm_need)
         hint = (f"try --layers {fit} (profile {fit} blocks and extrapolate)" if fit >= 2
                 else "try a smaller --seq-len or --batch-size")
         raise TfcalcError(f"{spec.label} needs about {need / 2**30:.2f} GiB for a {mode} step in {dtype} and "
                           f"{budget / 2**30:.2f} GiB is available on {dev}; {hint}")
 
+    cpu_allocator = None
+    if dev.type == "cpu":
+        cpu_allocator = allocator.tune() if tune_allocator else allocator.state()
     result = count(spec)
     flops = result.flops.forward if mode == "forward" else result.flops.train_step
     causal = result.flops.forward_causal * (1 if mode == "forward" else 3) if spec.causal else None
+    bench = GemmBench(shapes, dev, torch_dtype)  # before the memory baselines: its buffers are not the model's
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
-    def timed(n_layers: int) -> tuple[list[float], bool]:
+    def timed(n_layers: int, bench: GemmBench | None = None) -> tuple[list[list[float]], bool]:
         run_spec = spec.replace(n_layers=n_layers)
         model = build_model(run_spec, dev, torch_dtype)
         if compile:
             model = torch.compile(model)
         inputs = example_inputs(run_spec, dev)
-        return time_steps(_step(model, inputs, mode), dev, warmup, repeat, on_step)
+        gemms = [bench.step(shape) for shape in bench.shapes] if bench else []
+        return time_interleaved([_step(model, inputs, mode), *gemms], dev, warmup, repeat, on_step)
 
     try:
-        times, interrupted = timed(profiled.n_layers)
+        # The peak: a GEMM at each of the model's matmul shapes, timed in turn with the model's steps so that
+        # both see the same machine (a VM's speed drifts by tens of percent within seconds). The fastest shape
+        # is the peak; the largest alone can be a poor one: GPT-2's head ([T, 768] @ [768, 50257], an odd
+        # width) runs at 97-126 TFLOP/s on an H100 in bf16, against 665-780 for its MLP.
+        (times, *gemm_times), interrupted = timed(profiled.n_layers, bench)
         timing = Timing.of(times)
         if layers is not None and not interrupted:
-            one, interrupted = timed(1)
+            (one,), interrupted = timed(1)
             timing = _extrapolate(Timing.of(one), timing, layers, spec.n_layers)
     except torch.cuda.OutOfMemoryError:
         # the estimate said it would fit (fragmentation, other processes, workspaces): say so, no traceback
         torch.cuda.empty_cache()
-        fit = layers_that_fit(spec, size, mode, budget // 2)
+        fit = layers_that_fit(spec, size, mode, budget // 2 - gemm_need)
         hint = f"try --layers {fit}" if fit >= 2 else "try a smaller --seq-len or --batch-size"
         raise TfcalcError(f"{spec.label}: CUDA ran out of memory in a {mode} step although the estimate "
                           f"({need / 2**30:.2f} GiB) fitted in {budget / 2**30:.2f} GiB; {hint}") from None
     if dev.type == "cuda":
-        peak_memory = torch.cuda.max_memory_allocated(dev)
+        peak_memory = torch.cuda.max_memory_allocated(dev) - bench.nbytes
     else:
         peak_memory = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024
-    # The peak is the fastest of the model's own matmul shapes. The largest shape alone can be a poor peak:
-    # GPT-2's head ([T, 768] @ [768, 50257], an odd width) runs at 97-126 TFLOP/s on an H100 in bf16.
-    gemms = [measure_gemm(shape, dev, torch_dtype) for shape in matmul_shapes(spec)]
+    gemms = [GemmPeak.of(shape, t) for shape, t in zip(shapes, gemm_times)]
     gemm = max(gemms, key=lambda g: g.flops_per_s)
     by_shape = predict_by_shape(spec, result.flops.components, {g.shape: g.flops_per_s for g in gemms},
                                 gemm.flops_per_s) * (flops // result.flops.forward)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     sheet = datasheet_for(name) if dev.type == "cuda" else None
     return ProfileResult(spec, str(dev), name, dtype, mode, compile, timing, flops, causal, gemm, gemms[0], by_shape,
-                         sheet, peak_memory, interrupted, layers)
+                         sheet, peak_memory, interrupted, layers, cpu_allocator)
 
 
 def _step(model: torch.nn.Module, inputs: tuple, mode: str) -> Callable[[], None]:
