@@ -135,6 +135,30 @@ def test_version_and_module_entry():
     assert json.loads(p.stdout)["params"]["total"] == 124_439_808
 
 
+def test_entry_point_builds_only_the_command_it_runs(monkeypatch, capsys):
+    import typer.main
+
+    from tfcalc import cli
+
+    built = []
+    real = typer.main.get_command
+
+    def spy(app):
+        built.append([c.name for c in app.registered_commands])
+        return real(app)
+
+    monkeypatch.setattr(typer.main, "get_command", spy)
+    for argv in (["tfcalc", "count", "-p", "gpt2", "--json"], ["tfcalc", "--help"]):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        assert exit_.value.code == 0
+    assert built == [["count"], ["count", "compare", "check", "profile", "presets"]]
+    help_text = capsys.readouterr().out
+    assert all(name in help_text for name in ("count", "compare", "check", "profile", "presets"))
+    assert [c.name for c in cli.app.registered_commands] == built[1]  # restored
+
+
 def test_count_imports_neither_torch_nor_fvcore():
     code = ("import sys, io, contextlib\n"
             "from tfcalc.__main__ import main\n"

@@ -27,6 +27,15 @@ def test_alias():
     assert load_preset("GPT2").name == "gpt2"
 
 
+def test_every_alias_finds_its_preset():
+    # find_preset only parses files that spell the alias as a quoted string; every alias must be found so
+    aliases = {alias: p.name for p in list_presets() for alias in p.aliases}
+    assert aliases  # gpt3 at least
+    for alias, name in aliases.items():
+        assert find_preset(alias).name == name
+        assert find_preset(alias.upper()).name == name
+
+
 def test_unknown_preset_suggests_the_nearest():
     with pytest.raises(TfcalcError, match=r"unknown preset 'llama2-8b'; did you mean .*llama2-7b"):
         find_preset("llama2-8b")
