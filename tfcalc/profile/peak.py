@@ -94,7 +94,6 @@ class GemmBench:
     the memory of the largest operands, not of all of them."""
 
     def __init__(self, shapes: list[Shape], device: torch.device, dtype: torch.dtype):
-        self.shapes = shapes
         self._x = torch.randn(max(m * k for m, k, _ in shapes), device=device, dtype=dtype)
         self._w = torch.randn(max(n * k for _, k, n in shapes), device=device, dtype=dtype)
         self.nbytes = (self._x.numel() + self._w.numel()) * self._x.element_size()

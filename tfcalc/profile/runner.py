@@ -143,7 +143,6 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
-
 def component_shapes(spec: ModelSpec) -> dict[str, list[tuple[Shape, Fraction]]]:
     """For each weight-matmul component, the (m, k, n) it runs as and the share of its FLOPs at that shape."""
     T, D = spec.tokens, spec.d_model
@@ -230,13 +229,12 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
         torch.cuda.reset_peak_memory_stats(dev)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
-    def timed(n_layers: int, bench: GemmBench | None = None) -> tuple[list[list[float]], bool]:
+    def timed(n_layers: int, gemms: list[Callable[[], object]]) -> tuple[list[list[float]], bool]:
         run_spec = spec.replace(n_layers=n_layers)
         model = build_model(run_spec, dev, torch_dtype)
         if compile:
             model = torch.compile(model)
         inputs = example_inputs(run_spec, dev)
-        gemms = [bench.step(shape) for shape in bench.shapes] if bench else []
         return time_interleaved([_step(model, inputs, mode), *gemms], dev, warmup, repeat, on_step)
 
     try:
@@ -244,10 +242,10 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
         # both see the same machine (a VM's speed drifts by tens of percent within seconds). The fastest shape
         # is the peak; the largest alone can be a poor one: GPT-2's head ([T, 768] @ [768, 50257], an odd
         # width) runs at 97-126 TFLOP/s on an H100 in bf16, against 665-780 for its MLP.
-        (times, *gemm_times), interrupted = timed(profiled.n_layers, bench)
+        (times, *gemm_times), interrupted = timed(profiled.n_layers, [bench.step(shape) for shape in shapes])
         timing = Timing.of(times)
         if layers is not None and not interrupted:
-            (one,), interrupted = timed(1)
+            (one,), interrupted = timed(1, [])
             timing = _extrapolate(Timing.of(one), timing, layers, spec.n_layers)
     except torch.cuda.OutOfMemoryError:
         # the estimate said it would fit (fragmentation, other processes, workspaces): say so, no traceback
