@@ -18,7 +18,7 @@ from tfcalc.profile.peak import datasheet_for
 from tfcalc.profile.runner import matmul_shapes
 from tfcalc.profile import allocator, runner as profile_runner
 from tfcalc.profile.peak import GemmBench, gemm_bytes
-from tfcalc.profile.timing import time_interleaved, time_steps
+from tfcalc.profile.timing import time_interleaved
 
 TINY = ModelSpec(n_layers=2, d_model=32, n_heads=4, vocab_size=64, seq_len=16, batch_size=2)
 runner = CliRunner()
@@ -75,7 +75,7 @@ def test_ctrl_c_keeps_what_was_measured():
         if len(calls) == 4:
             raise KeyboardInterrupt
 
-    times, interrupted = time_steps(step, torch.device("cpu"), warmup=1, repeat=10)
+    (times,), interrupted = time_interleaved([step], torch.device("cpu"), warmup=1, repeat=10)
     assert interrupted and len(times) == 2
 
 

@@ -40,14 +40,12 @@ def tune() -> str:
     global _state
     libc_name, _ = platform.libc_ver()
     if libc_name != "glibc":
-        return _state if _state != "default" else f"default ({libc_name or 'unknown C library'}: not tuned)"
+        return f"default ({libc_name or 'unknown C library'}: not tuned)"
     mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    for threshold in MMAP_THRESHOLDS:
-        if mallopt(M_MMAP_THRESHOLD, threshold) == 1:
-            break
-    else:
-        return _state
+    threshold = next((t for t in MMAP_THRESHOLDS if mallopt(M_MMAP_THRESHOLD, t) == 1), None)
+    if threshold is None:
+        return f"{_state} (mallopt refused the thresholds)"
     mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     _state = f"glibc malloc, mmap threshold {threshold >> 20} MiB, trim threshold 2 GiB (mallopt)"
     return _state

@@ -72,14 +72,12 @@ Shape = tuple[int, int, int]  # m, k, n: [m, k] @ [k, n]
 class GemmPeak:
     shape: Shape
     flops_per_s: float
-    seconds: float
 
     @classmethod
     def of(cls, shape: Shape, times: list[float]) -> GemmPeak:
         """From the median of the timed runs: the same statistic as the step it is compared with."""
         m, k, n = shape
-        median = statistics.median(times)
-        return cls(shape, 2 * m * k * n / median, median)
+        return cls(shape, 2 * m * k * n / statistics.median(times))
 
 
 def gemm_bytes(shapes: list[Shape], dtype_bytes: int) -> int:

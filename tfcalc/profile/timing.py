@@ -55,9 +55,3 @@ def time_interleaved(steps: Sequence[Callable[[], object]], device: torch.device
         return times, True
     return times, False
 
-
-def time_steps(step: Callable[[], object], device: torch.device, warmup: int, repeat: int,
-               on_step: Callable[[str], None] | None = None) -> tuple[list[float], bool]:
-    """(seconds per timed step, interrupted): time_interleaved with one step."""
-    times, interrupted = time_interleaved([step], device, warmup, repeat, on_step)
-    return times[0], interrupted
