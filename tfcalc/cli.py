@@ -222,8 +222,7 @@ def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()
     # Our text is plain: no markup, emoji codes or highlighting (a "[bold]" or ":x:" in a spec name stays as typed)
     console = Console(markup=False, emoji=False, highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        # piped output has no width to fit; don't fold numbers at 80
-        console = Console(markup=False, emoji=False, highlight=False, width=_PIPED_WIDTH)
+        console.width = _PIPED_WIDTH  # piped output has no width to fit; don't fold numbers at 80
     for line in lines:
         console.print(line)
     for table in tables:
