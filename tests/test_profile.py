@@ -1,6 +1,7 @@
 """tfcalc profile on the CPU with tiny specs: consistency of the figures, both modes, the fit check, bad options.
 No timing thresholds here: speed belongs in benchmarks/profile_targets.py."""
 
+import ctypes
 import json
 import platform
 import subprocess
@@ -12,12 +13,11 @@ from typer.testing import CliRunner
 
 from tfcalc import ModelSpec, TfcalcError, count
 from tfcalc.cli import app
-from tfcalc.profile import profile
+from tfcalc.profile import allocator, profile
+from tfcalc.profile import runner as profile_runner
 from tfcalc.profile.memory import estimate_bytes
-from tfcalc.profile.peak import datasheet_for
+from tfcalc.profile.peak import GemmBench, datasheet_for, gemm_bytes
 from tfcalc.profile.runner import matmul_shapes
-from tfcalc.profile import allocator, runner as profile_runner
-from tfcalc.profile.peak import GemmBench, gemm_bytes
 from tfcalc.profile.timing import time_interleaved
 
 TINY = ModelSpec(n_layers=2, d_model=32, n_heads=4, vocab_size=64, seq_len=16, batch_size=2)
@@ -102,7 +102,8 @@ def test_gemm_bench_shares_buffers_between_shapes():
     assert [tuple(bench.step(s)().shape) for s in shapes] == [(4, 16), (4, 8), (2, 100)]
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's; elsewhere tune() changes nothing")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not hasattr(ctypes.CDLL(None), "mallinfo2"),
+                    reason="mallopt is glibc's (elsewhere tune() changes nothing); mallinfo2 needs glibc >= 2.33")
 def test_tuned_allocator_keeps_large_blocks_out_of_mmap():
     # In a fresh process, so that the setting of this test process (profile() tunes it) does not matter:
     # mallinfo2's hblkhd is the bytes malloc holds in mmap'd blocks; a 64 MiB block is mmap'd by default only.
