@@ -197,8 +197,8 @@ def test_check_mismatch_exits_1(monkeypatch):
     from tfcalc.counts import Breakdown, count
     from tfcalc.verify import checker
 
-    def off_by_one_forward(spec):
-        real = count(spec)
+    def off_by_one_forward(spec, workload=None):
+        real = count(spec, workload)
         wrong = Breakdown({**real.flops.components, "head": real.flops.components["head"] + 1})
         return dataclasses.replace(real, flops=dataclasses.replace(real.flops, components=wrong))
 

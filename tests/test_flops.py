@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tfcalc import ModelSpec, count, load_preset
-from tfcalc.counts.flops import matmul
+from tfcalc.counts.folds import matmul
 
 
 def test_matmul_is_two_flops_per_multiply_add():

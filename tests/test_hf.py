@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
-from tfcalc import TfcalcError, count, load_preset
+from tfcalc import TfcalcError, Workload, count, load_preset
 from tfcalc.cli import app
 from tfcalc.hf import DEFAULTS, SEQ_LEN_CAP, read_hf_config
 
@@ -19,7 +19,9 @@ MODEL_CLASSES = {
     "gpt2": transformers.GPT2LMHeadModel, "bert": transformers.BertModel, "llama": transformers.LlamaForCausalLM,
     "mistral": transformers.MistralForCausalLM, "mixtral": transformers.MixtralForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM, "qwen2_moe": transformers.Qwen2MoeForCausalLM,
+    "t5": transformers.T5ForConditionalGeneration, "bart": transformers.BartForConditionalGeneration,
 }
+ENCODER_DECODER = {"t5", "bart"}
 MOE = {"mixtral", "qwen2_moe"}
 
 
@@ -49,6 +51,21 @@ def hf_configs(draw, model_type: str) -> dict:
                              n_inner=draw(st.none() | st.integers(4, 40)),
                              activation_function=draw(st.sampled_from(["gelu_new", "gelu", "relu"])),
                              bos_token_id=0, eos_token_id=0)
+    if model_type == "t5":  # transformers 5 builds T5 with a tied head whatever the config says: tied here
+        return common | dict(tie_word_embeddings=True, num_layers=draw(st.integers(1, 2)),
+                             num_decoder_layers=draw(st.none() | st.integers(1, 2)), d_model=hidden,
+                             num_heads=heads, d_kv=draw(st.sampled_from([2, 4, 8])), d_ff=draw(st.integers(4, 40)),
+                             relative_attention_num_buckets=draw(st.sampled_from([4, 8, 32])),
+                             feed_forward_proj=draw(st.sampled_from(["relu", "gated-gelu"])),
+                             decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    if model_type == "bart":
+        ffn = draw(st.integers(4, 40))
+        return common | dict(tie_word_embeddings=True, encoder_layers=draw(st.integers(1, 2)),
+                             decoder_layers=draw(st.integers(1, 2)), d_model=hidden, encoder_attention_heads=heads,
+                             decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
+                             max_position_embeddings=n_pos, activation_function=draw(st.sampled_from(["gelu", "relu"])),
+                             decoder_start_token_id=2, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                             forced_eos_token_id=2)
     if model_type == "bert":
         return common | dict(num_hidden_layers=draw(st.integers(1, 2)), hidden_size=hidden, num_attention_heads=heads,
                              intermediate_size=draw(st.integers(4, 40)), max_position_embeddings=n_pos,
@@ -71,12 +88,14 @@ def hf_configs(draw, model_type: str) -> dict:
         experts = draw(st.integers(2, 5))
         config |= dict(num_experts=experts, num_experts_per_tok=draw(st.integers(1, experts)),
                        moe_intermediate_size=draw(st.integers(2, 24)),
-                       shared_expert_intermediate_size=draw(st.integers(2, 24)), qkv_bias=draw(st.booleans()))
+                       shared_expert_intermediate_size=draw(st.integers(2, 24)), qkv_bias=draw(st.booleans()),
+                       decoder_sparse_step=draw(st.integers(1, 3)))
     return config
 
 
-def transformers_counts(config: dict, batch: int, seq_len: int) -> tuple[int, int]:
-    """(sum(p.numel()) on the meta device, FlopCounterMode FLOPs of one eager forward on the CPU)."""
+def transformers_counts(config: dict, batch: int, seq_len: int, src_len: int | None = None) -> tuple[int, int]:
+    """(sum(p.numel()) on the meta device, FlopCounterMode FLOPs of one eager forward on the CPU). An
+    encoder-decoder reads src_len source tokens and seq_len decoder tokens."""
     hf_config = transformers.AutoConfig.for_model(**config)
     cls = MODEL_CLASSES[config["model_type"]]
     with torch.device("meta"):
@@ -85,9 +104,14 @@ def transformers_counts(config: dict, batch: int, seq_len: int) -> tuple[int, in
     # which FlopCounterMode has no formula and counts 0
     extra = {"experts_implementation": "eager"} if config["model_type"] in MOE else {}
     model = cls._from_config(hf_config, attn_implementation="eager", **extra)
-    ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=generator)
+    inputs = {"input_ids": ids}
+    if src_len is not None:
+        src = torch.randint(config["vocab_size"], (batch, src_len), generator=generator)
+        inputs = {"input_ids": src, "decoder_input_ids": ids}
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=ids)
+        model(**inputs)
     return n_params, counter.get_total_flops()
 
 
@@ -98,11 +122,12 @@ def test_generated_configs_match_transformers_exactly(tmp_path_factory, model_ty
     config = data.draw(hf_configs(model_type))
     path = write(tmp_path_factory.mktemp("hf"), config)
     batch, seq_len = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 8))
+    src_len = data.draw(st.integers(1, 8)) if model_type in ENCODER_DECODER else None
     spec = read_hf_config(path).spec.replace(batch_size=batch, seq_len=seq_len)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        n_params, flops = transformers_counts(config, batch, seq_len)
-    result = count(spec)
+        n_params, flops = transformers_counts(config, batch, seq_len, src_len)
+    result = count(spec, Workload(batch_size=batch, seq_len=seq_len, src_len=src_len))
     assert result.params.total == n_params
     assert result.flops.forward == flops
 
@@ -174,7 +199,9 @@ def test_default_seq_len_is_the_context_capped(tmp_path):
         ({"model_type": "bert", "position_embedding_type": "relative_key"},
          "position_embedding_type='relative_key' is not modelled"),
         ({"model_type": "qwen2_moe", "mlp_only_layers": [0, 3]}, "mlp_only_layers=[0, 3] is not modelled"),
-        ({"model_type": "qwen2_moe", "decoder_sparse_step": 2}, "decoder_sparse_step=2 is not modelled"),
+        ({"model_type": "bart", "decoder_ffn_dim": 8}, "decoder_ffn_dim=8 is not modelled"),
+        ({"model_type": "bart", "tie_word_embeddings": False}, "tie_word_embeddings=False is not modelled"),
+        ({"model_type": "t5", "feed_forward_proj": "gated-swish"}, "feed_forward_proj='gated-swish' is not modelled"),
         ({"model_type": "llama", "hidden_act": "gelu_10"}, "hidden_act='gelu_10' is not modelled"),
         ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size='4096': expected an integer"),
         ({"model_type": "llama", "num_attention_heads": 5}, "d_model=4096 is not divisible by n_heads=5"),

@@ -11,6 +11,7 @@ EXPECTED = {
     "bert-base", "bert-large", "llama-7b", "llama-13b", "llama-33b", "llama-65b",
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mistral-7b",
     "mixtral-8x7b", "mixtral-8x22b",
+    "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
 }
 
 

@@ -72,7 +72,8 @@ def test_replace_validates_and_rederives_defaults():
     spec = ModelSpec(**BASE)
     wider = spec.replace(d_model=1024, n_heads=16)
     assert (wider.d_head, wider.d_ff) == (64, 4096)
-    assert spec.model_copy(update={"seq_len": 512}).max_positions == 512
+    # the position table is the model's: fixed from the seq_len the spec was written with, not re-derived
+    assert spec.model_copy(update={"seq_len": 512}).max_positions == BASE["seq_len"]
     with pytest.raises(ValidationError):
         spec.replace(n_kv_heads=5)
     pinned = ModelSpec(**BASE, max_positions=1024)

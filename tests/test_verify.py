@@ -72,7 +72,7 @@ def test_a_wrong_analytic_count_is_a_mismatch(monkeypatch):
     components = dict(real.params.components)
     components["attention/out"] -= 768  # forget one bias vector
     wrong = dataclasses.replace(real, params=dataclasses.replace(real.params, components=Breakdown(components)))
-    monkeypatch.setattr(check_module, "count", lambda s: wrong)
+    monkeypatch.setattr(check_module, "count", lambda s, workload=None: wrong)
     report = check(spec, "meta")
     assert not report.match
     assert [r.component for r in report.params if not r.match] == ["attention/out"]

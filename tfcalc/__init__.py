@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ModelSpec": ".spec",
     "count": ".counts",
+    "Workload": ".arch",
+    "build": ".arch",
     "CountResult": ".counts",
     "load_preset": ".presets",
     "find_preset": ".presets",

@@ -99,14 +99,21 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
     flag = "--" + name.replace("_", "-")
     kind = _unwrap(field.annotation)
     decls = [flag, *([_SHORT[name]] if name in _SHORT else [])]
+    extra: dict[str, Any] = {"parser": _integer, "metavar": "INT"} if kind is int else {}
     if kind is bool:
         decls, kind = [f"{flag}/--no-{flag[2:]}"], bool
     elif typing.get_origin(kind) is typing.Literal:
         kind = enum.Enum(name, {v: v for v in typing.get_args(kind)}, type=str)
-    extra = {"parser": _integer, "metavar": "INT"} if kind is int else {}
+    elif typing.get_origin(kind) is list:  # attention_pattern: local,local,global
+        kind, extra = str, {"parser": _words, "metavar": "A,B,..."}
     option = typer.Option(*decls, help=field.description, rich_help_panel=_PANEL, show_default=False, **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
+
+
+def _words(text: str) -> list[str]:
+    """'local,local,global' -> ['local', 'local', 'global'] (validated by ModelSpec)."""
+    return [word.strip() for word in text.split(",")]
 
 
 def _integer(text: str) -> int:

@@ -45,6 +45,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                       sliding_window=4096, max_window_layers=28, decoder_sparse_step=1, moe_intermediate_size=1408,
                       shared_expert_intermediate_size=5632, num_experts_per_tok=4, num_experts=60,
                       mlp_only_layers=None, qkv_bias=True, layer_types=None),
+    "t5": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=None,
+               num_heads=8, relative_attention_num_buckets=32, feed_forward_proj="relu"),
+    "bart": dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, encoder_ffn_dim=4096,
+                 encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096, decoder_attention_heads=16,
+                 activation_function="gelu", d_model=1024, tie_word_embeddings=True),
 }
 SUPPORTED = tuple(DEFAULTS)
 
@@ -167,17 +172,26 @@ def _llama(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-def _window(cfg: dict, fields: dict, notes: list[str], layers: int) -> None:
+def _window(cfg: dict, fields: dict, notes: list[str], pattern: list[str] | None = None,
+            last: int | None = None) -> None:
+    """A sliding window in every block, in the blocks `pattern` (cycled) marks local, or in the `last` blocks."""
     window = cfg.get("sliding_window")
-    if window and layers:
-        fields |= dict(sliding_window=int(window), sliding_window_layers=layers)
-        notes.append(f"sliding_window={window} in {layers} of {fields['n_layers']} blocks: forward counts full "
-                     "N x N attention, forward_windowed the windowed figure")
+    L = fields["n_layers"]
+    layers = L if pattern is None and last is None else last if last is not None else pattern.count("local")
+    if window is None or not layers:
+        return
+    fields["sliding_window"] = _int(cfg, "sliding_window")
+    if pattern is not None:
+        fields["attention_pattern"] = pattern
+    elif last is not None:
+        fields["sliding_window_layers"] = last
+    notes.append(f"sliding_window={window} in {layers} of {L} blocks: forward counts full N x N attention, "
+                 "forward_windowed the windowed figure")
 
 
 def _mistral(cfg: dict, notes: list[str]) -> dict:
     fields = _decoder(cfg, notes)
-    _window(cfg, fields, notes, fields["n_layers"])
+    _window(cfg, fields, notes)
     return fields
 
 
@@ -187,29 +201,32 @@ def _mixtral(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-def _qwen_window_layers(cfg: dict, n_layers: int, alternating: bool) -> int:
+def _qwen_window(cfg: dict, fields: dict, notes: list[str], alternating: bool) -> None:
     """Blocks with sliding attention, by `layer_types` when given, else by transformers' rule for the type."""
+    L = fields["n_layers"]
     if cfg.get("layer_types"):
-        return sum(t == "sliding_attention" for t in cfg["layer_types"])
+        types = cfg["layer_types"]
+        _refuse_if(cfg, "layer_types", not isinstance(types, list) or len(types) != L,
+                   f"expected a list of num_hidden_layers={L} entries")
+        return _window(cfg, fields, notes, ["local" if t == "sliding_attention" else "global" for t in types])
     if not cfg["use_sliding_window"] or cfg.get("sliding_window") is None:
-        return 0
-    limit = cfg["max_window_layers"]
+        return None
+    limit = _int(cfg, "max_window_layers")
     if alternating:  # Qwen2-MoE: every other block below max_window_layers
-        return sum(1 for i in range(n_layers) if (i + 1) % 2 and i < limit)
-    return sum(1 for i in range(n_layers) if i >= limit)  # Qwen2: the blocks from max_window_layers on
+        return _window(cfg, fields, notes, ["local" if (i + 1) % 2 and i < limit else "global" for i in range(L)])
+    return _window(cfg, fields, notes, last=max(0, L - limit))  # Qwen2: the blocks from max_window_layers on
 
 
 def _qwen2(cfg: dict, notes: list[str]) -> dict:
     fields = _decoder(cfg, notes) | dict(qkv_bias=True)
-    _window(cfg, fields, notes, _qwen_window_layers(cfg, fields["n_layers"], alternating=False))
+    _qwen_window(cfg, fields, notes, alternating=False)
     return fields
 
 
 def _qwen2_moe(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "decoder_sparse_step", cfg["decoder_sparse_step"] != 1,
-               "dense and MoE blocks mixed; tfcalc models every block alike")
     _refuse_if(cfg, "mlp_only_layers", bool(cfg["mlp_only_layers"]),
-               "dense and MoE blocks mixed; tfcalc models every block alike")
+               "a list of dense blocks; tfcalc models the first k (first_dense_layers) or every n-th "
+               "(decoder_sparse_step)")
     fields = _decoder(cfg, notes)
     shared = _int(cfg, "shared_expert_intermediate_size")
     _refuse_if(cfg, "shared_expert_intermediate_size", shared == 0,
@@ -217,9 +234,50 @@ def _qwen2_moe(cfg: dict, notes: list[str]) -> dict:
     fields |= dict(qkv_bias=bool(cfg["qkv_bias"]), n_experts=_int(cfg, "num_experts"),
                    top_k=_int(cfg, "num_experts_per_tok"), d_expert=_int(cfg, "moe_intermediate_size"))
     fields |= dict(n_shared_experts=1, d_shared_expert=shared, shared_expert_gate=True)
-    _window(cfg, fields, notes, _qwen_window_layers(cfg, fields["n_layers"], alternating=True))
+    step = _int(cfg, "decoder_sparse_step")
+    if step != 1:
+        fields["moe_every"] = step
+    _qwen_window(cfg, fields, notes, alternating=True)
     return fields
 
 
+def _t5(cfg: dict, notes: list[str]) -> dict:
+    """T5 v1.0 (ReLU) and v1.1 / FLAN (gated-gelu): relative position bias, pre-norm RMSNorm, no biases."""
+    proj = cfg["feed_forward_proj"]
+    _refuse_if(cfg, "feed_forward_proj", proj not in ("relu", "gated-gelu", "gelu", "gated-relu", "gated-silu"),
+               "known: relu, gelu, gated-gelu, gated-relu, gated-silu")
+    gated = proj.startswith("gated-")
+    # transformers: gated-gelu runs gelu_new (the tanh approximation)
+    activation = "gelu_tanh" if proj == "gated-gelu" else proj.removeprefix("gated-")
+    layers = _int(cfg, "num_layers")
+    decoder = _int(cfg, "num_decoder_layers") if cfg["num_decoder_layers"] is not None else layers
+    tie = cfg.get("tie_word_embeddings", True)
+    if tie is False:
+        notes.append("tie_word_embeddings=false: the head is counted untied, as the v1.1/FLAN checkpoints hold it "
+                     "(transformers 5 builds T5 from a config with a tied head: vocab_size x d_model fewer)")
+    return dict(n_encoder_layers=layers, n_layers=decoder, d_model=_int(cfg, "d_model"),
+                n_heads=_int(cfg, "num_heads"), d_head=_int(cfg, "d_kv"), d_ff=_int(cfg, "d_ff"),
+                vocab_size=_int(cfg, "vocab_size"), mlp="gated" if gated else "standard", activation=activation,
+                norm="rmsnorm", norm_position="pre", final_norm=True, bias=False, positions="relative",
+                relative_attention_buckets=_int(cfg, "relative_attention_num_buckets"), tie_embeddings=tie is not False,
+                context=512)
+
+
+def _bart(cfg: dict, notes: list[str]) -> dict:
+    """BART: post-norm, biases, learned positions with an offset of 2 rows, a norm after each embedding."""
+    for field in ("attention_heads", "ffn_dim"):
+        _refuse_if(cfg, f"decoder_{field}", cfg[f"encoder_{field}"] != cfg[f"decoder_{field}"],
+                   f"encoder_{field}={cfg[f'encoder_{field}']!r} differs; tfcalc gives both stacks one width")
+    _refuse_if(cfg, "tie_word_embeddings", cfg["tie_word_embeddings"] is not True,
+               "transformers then unties the encoder's, the decoder's and the head's tables from the shared one")
+    positions = _int(cfg, "max_position_embeddings")
+    notes.append("learned positions: max_position_embeddings + 2 rows per stack (BART's offset)")
+    return dict(n_encoder_layers=_int(cfg, "encoder_layers"), n_layers=_int(cfg, "decoder_layers"),
+                d_model=_int(cfg, "d_model"), n_heads=_int(cfg, "encoder_attention_heads"),
+                d_ff=_int(cfg, "encoder_ffn_dim"), vocab_size=_int(cfg, "vocab_size"), positions="learned",
+                max_positions=positions + 2, embedding_norm=True, norm="layernorm", norm_position="post",
+                final_norm=False, bias=True, activation=_activation(cfg, "activation_function"), context=positions)
+
+
 _MAPPERS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
-            "qwen2": _qwen2, "qwen2_moe": _qwen2_moe}
+            "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "t5": _t5, "bart": _bart}

@@ -1,8 +1,13 @@
-"""ModelSpec: the validated description of a transformer that every count is a function of.
+"""ModelSpec: the flat, friendly description of a transformer (flags, presets, TOML) that compiles into the
+stacks of layers the inventory is built from (`tfcalc.arch`).
 
-Optional sizes (d_head, n_kv_heads, d_ff, max_positions, d_expert, d_shared_expert) default to values
-derived from the others. The spec remembers which fields were given, so that changing one field
-(`spec.replace(d_model=1024)`) re-derives the defaults of the others instead of keeping stale values.
+Optional sizes (d_head, n_kv_heads, d_ff, d_expert, d_shared_expert) default to values derived from the
+others. The spec remembers which fields were given, so that changing one field (`spec.replace(d_model=1024)`)
+re-derives the defaults of the others instead of keeping stale values.
+
+seq_len and batch_size are the spec's default workload, not part of the model: parameters never depend on
+them. A learned position table's size (max_positions) is part of the model: when a spec leaves it out, it is
+taken from the seq_len the spec was written with, once, and a later workload does not change it.
 """
 
 from __future__ import annotations
@@ -15,17 +20,19 @@ Size = Annotated[int, Field(gt=0)]
 Count = Annotated[int, Field(ge=0)]
 
 # Fields whose default is derived from other fields; None in the input means "derive it".
-DERIVED = ("d_head", "n_kv_heads", "d_ff", "max_positions", "d_expert", "d_shared_expert", "sliding_window_layers")
+DERIVED = ("d_head", "n_kv_heads", "d_ff", "d_expert", "d_shared_expert")
 
 
 class ModelSpec(BaseModel):
-    """A decoder- or encoder-only transformer, by its sizes and architectural choices.
+    """A decoder-only, encoder-only or encoder-decoder transformer, by its sizes and architectural choices.
 
     >>> spec = ModelSpec(n_layers=12, d_model=768, n_heads=12, vocab_size=50257, seq_len=1024)
     >>> spec.d_head, spec.d_ff, spec.n_kv_heads, spec.max_positions
     (64, 3072, 12, 1024)
     >>> spec.replace(d_model=1024, n_heads=16).d_ff
     4096
+    >>> spec.replace(seq_len=512).max_positions  # the table is the model's; seq_len is the workload
+    1024
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -33,7 +40,9 @@ class ModelSpec(BaseModel):
     name: str | None = Field(None, description="Label shown in tables.")
 
     # sizes
-    n_layers: Size = Field(description="Transformer blocks (L).")
+    n_layers: Size = Field(description="Transformer blocks (L); the decoder's, in an encoder-decoder.")
+    n_encoder_layers: Count = Field(0, description="Encoder blocks of an encoder-decoder (0: decoder- or "
+                                                   "encoder-only). Each decoder block then has cross-attention.")
     d_model: Size = Field(description="Residual stream width (D).")
     n_heads: Size = Field(description="Query heads (H).")
     d_head: Size | None = Field(None, description="Width of one head; default d_model / n_heads.")
@@ -64,18 +73,28 @@ class ModelSpec(BaseModel):
     lm_head: bool = Field(True, description="A vocabulary projection at the end (false for a bare encoder).")
 
     # positions
-    positions: Literal["learned", "sinusoidal", "rotary", "none"] = Field(
-        "learned", description="Position encoding."
+    positions: Literal["learned", "sinusoidal", "rotary", "relative", "none"] = Field(
+        "learned", description="Position encoding (relative: T5's bucketed bias, a table in each stack's first "
+                               "block)."
     )
     max_positions: Size | None = Field(
-        None, description="Rows of the learned position table; default seq_len. Only for learned positions."
+        None, description="Rows of the learned position table (part of the model); default: the seq_len the "
+                          "spec is written with. Only for learned positions."
+    )
+    relative_attention_buckets: Size | None = Field(
+        None, description="Buckets of T5's relative position bias (default 32). Only for relative positions."
     )
     sliding_window: Size | None = Field(
-        None, description="Causal attention window (Mistral, Qwen2). forward stays full N x N; the windowed "
-                          "figure is reported beside it."
+        None, description="Causal attention window (Mistral, Qwen2, Gemma). forward stays full N x N; the "
+                          "windowed figure is reported beside it."
     )
     sliding_window_layers: Count | None = Field(
-        None, description="Blocks that use the window; default all of them when sliding_window is set."
+        None, description="How many blocks use the window (the last ones); default all, unless "
+                          "attention_pattern says which."
+    )
+    attention_pattern: list[Literal["global", "local"]] | None = Field(
+        None, description="Per-block attention, cycled over the blocks: local uses sliding_window, global "
+                          "sees every key. Gemma 3: five local then one global."
     )
 
     # encoder extras (BERT)
@@ -91,6 +110,14 @@ class ModelSpec(BaseModel):
     d_expert: Size | None = Field(None, description="Hidden width of one routed expert; default d_ff.")
     d_shared_expert: Size | None = Field(None, description="Hidden width of one shared expert; default d_expert.")
     shared_expert_gate: bool = Field(False, description="A sigmoid gate D->1 on the shared experts (Qwen2-MoE).")
+    first_dense_layers: Count = Field(0, description="MoE models: the first k blocks have a dense MLP of width "
+                                                     "d_ff (DeepSeek's first_k_dense_replace).")
+    moe_every: Size = Field(1, description="MoE models: block i (from 0) is MoE when (i + 1) % moe_every == 0 "
+                                           "(Qwen2-MoE's decoder_sparse_step); the others are dense.")
+
+    # encoder-decoder
+    shared_embeddings: bool = Field(True, description="Encoder and decoder share one token embedding "
+                                                      "(encoder-decoder only).")
 
     @model_validator(mode="after")
     def _derive_and_check(self) -> ModelSpec:
@@ -110,7 +137,10 @@ class ModelSpec(BaseModel):
             self._set("d_ff", 4 * self.d_model)
         if self.positions == "learned":
             if self.max_positions is None:
+                # the table is part of the model: fixed from the seq_len the spec is written with, and kept
+                # (marked as given) when a later replace() changes seq_len
                 self._set("max_positions", self.seq_len)
+                self.model_fields_set.add("max_positions")
             elif self.seq_len > self.max_positions:
                 problems.append(
                     f"seq_len={self.seq_len} exceeds max_positions={self.max_positions} "
@@ -120,10 +150,17 @@ class ModelSpec(BaseModel):
             problems.append(
                 f"max_positions={self.max_positions} is only for learned positions, not positions={self.positions!r}"
             )
+        if self.positions == "relative":
+            if self.relative_attention_buckets is None:
+                self._set("relative_attention_buckets", 32)
+        elif self.relative_attention_buckets is not None:
+            problems.append(f"relative_attention_buckets={self.relative_attention_buckets} is only for relative "
+                            f"positions, not positions={self.positions!r}")
         if self.top_k > self.n_experts:
             problems.append(f"top_k={self.top_k} is greater than n_experts={self.n_experts}")
         if self.n_experts == 1:
-            for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate"):
+            for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate",
+                          "first_dense_layers"):
                 value = getattr(self, field)
                 if value:
                     problems.append(f"{field}={value} needs a mixture of experts (n_experts > 1), got n_experts=1")
@@ -133,16 +170,34 @@ class ModelSpec(BaseModel):
             self._set("d_shared_expert", self.d_expert)
         if self.shared_expert_gate and not self.n_shared_experts and self.n_experts > 1:
             problems.append("shared_expert_gate=True needs n_shared_experts > 0, got n_shared_experts=0")
+        if self.n_experts == 1 and self.moe_every != 1:
+            problems.append(f"moe_every={self.moe_every} needs a mixture of experts (n_experts > 1), got n_experts=1")
+        if self.first_dense_layers > self.n_layers:
+            problems.append(f"first_dense_layers={self.first_dense_layers} is more than n_layers={self.n_layers}")
         if self.sliding_window is None:
-            if self.sliding_window_layers is not None:
-                problems.append(f"sliding_window_layers={self.sliding_window_layers} needs a sliding_window")
-        elif self.sliding_window_layers is None:
-            self._set("sliding_window_layers", self.n_layers)
-        elif self.sliding_window_layers > self.n_layers:
+            for field in ("sliding_window_layers", "attention_pattern"):
+                if getattr(self, field) is not None:
+                    problems.append(f"{field}={getattr(self, field)!r} needs a sliding_window")
+        elif self.sliding_window_layers is not None and self.attention_pattern is not None:
+            problems.append(f"sliding_window_layers={self.sliding_window_layers} and attention_pattern="
+                            f"{self.attention_pattern!r}: give one of them")
+        elif self.sliding_window_layers is not None and self.sliding_window_layers > self.n_layers:
             problems.append(f"sliding_window_layers={self.sliding_window_layers} is more than "
                             f"n_layers={self.n_layers}")
+        if self.attention_pattern is not None and not self.attention_pattern:
+            problems.append("attention_pattern=[]: give at least one of 'global', 'local'")
         if self.sliding_window is not None and not self.causal:
             problems.append(f"sliding_window={self.sliding_window} is a causal window; set causal=true")
+        if self.n_encoder_layers:
+            if not self.causal:
+                problems.append(f"causal=False with n_encoder_layers={self.n_encoder_layers}: an encoder-decoder's "
+                                "decoder is causal and its encoder bidirectional")
+            for field in ("pooler", "n_token_types"):
+                if getattr(self, field):
+                    problems.append(f"{field}={getattr(self, field)!r} is for encoder-only models, not an "
+                                    f"encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
+        elif not self.shared_embeddings:
+            problems.append("shared_embeddings=False needs an encoder-decoder (n_encoder_layers > 0)")
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
@@ -164,7 +219,12 @@ class ModelSpec(BaseModel):
 
     @property
     def is_moe(self) -> bool:
+        """Some blocks are mixtures of experts."""
         return self.n_experts > 1
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.n_encoder_layers > 0
 
     @property
     def tokens(self) -> int:

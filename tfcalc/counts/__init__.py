@@ -1,11 +1,13 @@
-"""Exact parameter and FLOP counts of a ModelSpec: pure integer arithmetic, no torch.
+"""Exact parameter and FLOP counts of a model on a workload: folds over the op inventory, no torch.
 
->>> from tfcalc import load_preset, count
+>>> from tfcalc import load_preset, count, Workload
 >>> result = count(load_preset("gpt2"))
 >>> result.params.total, result.flops.forward
 (124439808, 291648307200)
 >>> result.macs.forward * 2 == result.flops.forward
 True
+>>> count(load_preset("gpt2"), Workload(phase="decode", seq_len=1, context=1023)).params.total
+124439808
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..arch import Inventory, Workload, build, validate
 from ..spec import ModelSpec
-from . import estimates, flops, params
+from . import estimates, folds
 from .breakdown import Breakdown
 from .estimates import Crossover, Estimate
 
@@ -52,7 +55,7 @@ class FlopCounts:
     components: Breakdown
     forward_causal: int
     tokens: int
-    forward_windowed: int | None = None  # with the spec's sliding window, when it has one
+    forward_windowed: int | None = None  # with the model's sliding windows, when it has any
 
     @property
     def forward(self) -> int:
@@ -112,10 +115,21 @@ class CountResult:
     estimates: list[Estimate]
     non_matmul: Breakdown
     crossover: Crossover
+    inventory: Inventory
+
+    @property
+    def workload(self) -> Workload:
+        return self.inventory.workload
+
+    def components(self) -> list[str]:
+        """Every component with parameters or FLOPs, in model order."""
+        present = set(self.params.components) | set(self.flops.components)
+        return [name for name in self.inventory.components() if name in present]
 
     def to_dict(self) -> dict:
         return {
             "spec": self.spec.model_dump(),
+            "workload": {**self.workload.model_dump(), "keys": self.workload.keys},
             "params": self.params.to_dict(),
             "flops": self.flops.to_dict(),
             "macs": self.macs.to_dict(),
@@ -129,29 +143,33 @@ def _exact(q: Fraction) -> int | float:
     return q.numerator if q.denominator == 1 else float(q)
 
 
-def count(spec: ModelSpec) -> CountResult:
-    """Every count tfcalc reports for `spec`."""
-    p = params.params(spec)
-    active = p.total - params.inactive(spec)
-    embedding = sum(p.get(name, 0) for name in params.EMBEDDING_COMPONENTS)
-    fwd = flops.forward(spec)
-    causal = flops.causal_attention(spec)
+def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
+    """Every count tfcalc reports for `spec` on `workload` (default: the spec's own train step of batch_size
+    sequences of seq_len tokens). Parameters do not depend on the workload."""
+    inv = build(spec, workload)
+    validate(spec, inv.workload)
+    p = folds.params(inv)
+    active = p.total - folds.inactive_params(inv)
+    # Kaplan's "vocabulary and positional embeddings": the input tables and an untied unembedding
+    embedding = folds.table_params(inv, "token", "position", "token_type") + p.get("head", 0)
+    fwd = folds.forward(inv)
+    causal = folds.masked_attention(inv, windows=False)
     forward_causal = fwd.total - sum(fwd[k] - causal[k] for k in causal)
     forward_windowed = None
-    if spec.sliding_window is not None:
-        windowed = flops.windowed_attention(spec)
+    if folds.has_window(inv):
+        windowed = folds.masked_attention(inv, windows=True)
         forward_windowed = fwd.total - sum(fwd[k] - windowed[k] for k in windowed)
     result_params = ParamCounts(p, active, embedding)
-    result_flops = FlopCounts(fwd, forward_causal, spec.tokens, forward_windowed)
+    result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed)
     published = estimates.published(
-        spec,
+        spec, inv.workload,
         n_non_embedding=active - embedding,
-        n_without_positions=active - p.get("embedding/position", 0),
+        n_without_positions=active - folds.table_params(inv, "position"),
         forward=result_flops.forward,
         train_step=result_flops.train_step,
     )
     return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved()), published,
-                       estimates.non_matmul(spec), estimates.crossover(spec, fwd))
+                       folds.non_matmul(inv), estimates.crossover(spec, fwd), inv)
 
 
-__all__ = ["count", "CountResult", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown", "Estimate", "Crossover"]
+__all__ = ["count", "CountResult", "Workload", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown", "Estimate", "Crossover"]

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..arch import Workload, build
 from ..spec import ModelSpec
 from .breakdown import Breakdown
-from .params import mlp_matrices, mlp_width
+from .folds import forward as forward_flops
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,15 @@ class Estimate:
         }
 
 
-def published(spec: ModelSpec, *, n_non_embedding: int, n_without_positions: int,
+def published(spec: ModelSpec, workload: Workload, *, n_non_embedding: int, n_without_positions: int,
               forward: int, train_step: int) -> list[Estimate]:
     """Kaplan's 6N and C_forward, and PaLM's 6N + 12LHQT, for the whole step, against the exact counts.
 
     n_non_embedding: active parameters less vocabulary and position embeddings (Kaplan's N).
     n_without_positions: active parameters less the position table (nanoGPT's get_num_params, used for PaLM).
+    T is the step's new tokens, n_ctx (Q) the keys each attends to, L every block of every stack.
     """
-    T, L, N = spec.tokens, spec.n_layers, spec.seq_len
+    T, L, N = workload.tokens, spec.n_layers + spec.n_encoder_layers, workload.keys
     return [
         Estimate("kaplan_6n", "6 N per token, N = non-embedding params", "Kaplan et al. 2020, sec. 2.1",
                  6 * n_non_embedding * T, train_step, "train_step"),
@@ -56,38 +58,6 @@ def published(spec: ModelSpec, *, n_non_embedding: int, n_without_positions: int
                  (6 * n_without_positions + 12 * L * spec.n_heads * spec.d_head * N) * T, train_step,
                  "train_step"),
     ]
-
-
-# FLOPs per element for the work that is not a matmul. Rough, stated once, and only ever reported apart.
-SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
-NORM_PER_ELEMENT = {"layernorm": 8, "rmsnorm": 4}  # mean/var (or mean square), normalise, affine
-ACTIVATION_PER_ELEMENT = {"gelu": 8, "gelu_tanh": 8, "silu": 4, "relu": 1}
-GATE_MULTIPLY = 1  # act(gate) * up
-RESIDUAL_PER_BLOCK = 2  # two residual adds of [T, D]
-
-
-def non_matmul(spec: ModelSpec) -> Breakdown:
-    """An estimate of the forward FLOPs that are not matmuls (softmax, norms, activations, residuals, biases)."""
-    L, D, T, B, H, N = spec.n_layers, spec.d_model, spec.tokens, spec.batch_size, spec.n_heads, spec.seq_len
-    n_norms = 2 * L + spec.final_norm + spec.embedding_norm
-    width = mlp_width(spec)
-    per_hidden = ACTIVATION_PER_ELEMENT[spec.activation] + (GATE_MULTIPLY if spec.mlp == "gated" else 0)
-    biases = 0
-    if spec.bias:
-        biases += L * T * D  # attention out
-    if spec.has_mlp_bias:
-        biases += L * T * (width * (mlp_matrices(spec) - 1) + D)  # up [and gate], down
-    if spec.has_qkv_bias:
-        biases += L * T * (spec.d_attn + 2 * spec.d_kv)
-    return Breakdown({
-        "attention/softmax": L * B * H * N * N * SOFTMAX_PER_SCORE,
-        "norms": n_norms * T * D * NORM_PER_ELEMENT[spec.norm],
-        "activations": L * T * width * per_hidden,
-        "residual": L * RESIDUAL_PER_BLOCK * T * D,
-        "bias": biases,
-        # softmax over E router logits, then weighting each of the top_k expert outputs
-        "moe/routing": L * T * (5 * spec.n_experts + spec.top_k * D) if spec.is_moe else 0,
-    })
 
 
 @dataclass(frozen=True)
@@ -108,17 +78,33 @@ class Crossover:
         }
 
 
+def _families(forward: Breakdown) -> tuple[int, int, int]:
+    """(attention projections, attention scores + values, MLP and experts) of a forward breakdown."""
+    def family(name: str) -> str:
+        parts = name.split("/")
+        if "attention" in parts or "cross_attention" in parts:
+            return "quadratic" if parts[-1] in ("scores", "values") else "linear"
+        return "mlp" if "mlp" in parts or "moe" in parts else "other"
+
+    sums = {"linear": 0, "quadratic": 0, "mlp": 0, "other": 0}
+    for name, value in forward.items():
+        sums[family(name)] += value
+    return sums["linear"], sums["quadratic"], sums["mlp"]
+
+
 def crossover(spec: ModelSpec, forward: Breakdown) -> Crossover:
-    """Per sequence and block: attention(N) = a N + b N^2 and MLP(N) = m N, so attention >= MLP from
-    N = (m - a) / b. a, b and m are read off the exact forward counts, which are linear in tokens except
-    for scores and values, which are linear in (query, key) pairs."""
-    L, B, N, T = spec.n_layers, spec.batch_size, spec.seq_len, spec.tokens
-    linear_attention = forward["attention/qkv"] + forward["attention/out"]
-    quadratic = forward["attention/scores"] + forward["attention/values"]
-    mlp = forward.subtotal("mlp") + forward.subtotal("moe")
-    assert linear_attention % (L * T) == 0 and quadratic % (L * B * N * N) == 0 and mlp % (L * T) == 0
-    a, b, m = linear_attention // (L * T), quadratic // (L * B * N * N), mlp // (L * T)
+    """Per sequence of N tokens (and, in an encoder-decoder, N source tokens): attention(N) = a N + b N^2 and
+    MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
+    sequence at N = 1 and N = 2; the shares are those of `forward`, the workload counted."""
+    def at(n: int) -> tuple[int, int, int]:
+        workload = Workload(seq_len=n, src_len=n if spec.is_encoder_decoder else None)
+        return _families(forward_flops(build(spec, workload)))
+
+    (lin1, quad1, m), (lin2, quad2, m2) = at(1), at(2)
+    a, b = lin1, quad1
+    assert lin2 == 2 * a and quad2 == 4 * b and m2 == 2 * m, "attention is a N + b N^2, the MLP m N"
     n_cross = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
+    linear_attention, quadratic, mlp = _families(forward)
     block = linear_attention + quadratic + mlp
     return Crossover(n_cross, float(Fraction(linear_attention + quadratic, block)),
                      float(Fraction(mlp, block)), float(Fraction(quadratic, block)))

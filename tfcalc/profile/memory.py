@@ -6,8 +6,8 @@ import os
 
 import torch
 
+from ..arch import Elementwise, build
 from ..counts import count
-from ..counts.params import mlp_matrices, mlp_width
 from ..spec import ModelSpec
 
 OVERHEAD = 1.2  # allocator slack, workspaces, temporaries we do not model
@@ -18,7 +18,8 @@ def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = 
     the few activations alive at once. Attention is assumed fused unless `scores`: then one block's N x N
     scores and probabilities are added (the explicit-matmul path)."""
     T, D = spec.tokens, spec.d_model
-    F = mlp_width(spec) * (mlp_matrices(spec) - 1)
+    width = mlp_width(spec)
+    F = width * (2 if spec.mlp == "gated" else 1)
     qkv = spec.d_attn + 2 * spec.d_kv
     logits = T * spec.vocab_size if spec.lm_head else 0
     weights = count(spec).params.total * dtype_bytes
@@ -26,9 +27,18 @@ def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = 
     if mode == "forward":
         live = T * (4 * D + 2 * max(qkv, F, spec.d_attn)) + 2 * logits
         return int(OVERHEAD * (weights + live * dtype_bytes + extra))
-    per_block = T * (4 * D + qkv + 2 * spec.d_attn + 2 * F + mlp_width(spec))  # saved for backward
+    per_block = T * (4 * D + qkv + 2 * spec.d_attn + 2 * F + width)  # saved for backward
     activations = spec.n_layers * per_block + 3 * logits
     return int(OVERHEAD * (2 * weights + activations * dtype_bytes + extra))
+
+
+def mlp_width(spec: ModelSpec) -> int:
+    """Hidden units per token of the widest block's MLP or experts (the activation elements of the inventory's
+    blocks, per token), for the memory estimate."""
+    inv = build(spec)
+    widths = [sum(op.elements for op in g.ops if isinstance(op, Elementwise) and op.kind == "activation")
+              for g in inv.groups]
+    return max(widths) // inv.workload.tokens
 
 
 def available_bytes(device: torch.device) -> int:

@@ -10,8 +10,8 @@ from fractions import Fraction
 
 import torch
 
+from ..arch import Matmul, build
 from ..counts import Breakdown, count
-from ..counts.params import mlp_matrices
 from ..errors import TfcalcError
 from ..reference import build_model, example_inputs
 from ..spec import ModelSpec
@@ -143,28 +143,26 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
+# Small matmuls beside the main path (router logits, the shared experts' gate, the pooler): timed at the peak
+SIDE_MATMULS = ("moe/router", "moe/shared_gate", "pooler")
+
+
 def component_shapes(spec: ModelSpec) -> dict[str, list[tuple[Shape, Fraction]]]:
-    """For each weight-matmul component, the (m, k, n) it runs as and the share of its FLOPs at that shape."""
-    T, D = spec.tokens, spec.d_model
-    shapes: dict[str, list[tuple[Shape, Fraction]]] = {
-        "attention/qkv": [((T, D, spec.d_attn + 2 * spec.d_kv), Fraction(1))],
-        "attention/out": [((T, spec.d_attn, D), Fraction(1))],
-    }
-    mats = mlp_matrices(spec)
-    if spec.is_moe:
-        per_expert = max(1, T * spec.top_k // spec.n_experts)  # an even share of the routed tokens
-        shapes["moe/experts"] = [((per_expert, D, spec.d_expert), Fraction(mats - 1, mats)),
-                                 ((per_expert, spec.d_expert, D), Fraction(1, mats))]
-        if spec.n_shared_experts:
-            shapes["moe/shared_experts"] = [((T, D, spec.d_shared_expert), Fraction(mats - 1, mats)),
-                                            ((T, spec.d_shared_expert, D), Fraction(1, mats))]
-    else:
-        for name in ("mlp/up", "mlp/gate"):
-            shapes[name] = [((T, D, spec.d_ff), Fraction(1))]
-        shapes["mlp/down"] = [((T, spec.d_ff, D), Fraction(1))]
-    if spec.lm_head:
-        shapes["head"] = [((T, D, spec.vocab_size), Fraction(1))]
-    return shapes
+    """For each weight-matmul component, the (m, k, n) it runs as and the share of its FLOPs at that shape, read
+    off the op inventory. Routed experts run an even share of their rows each (m / E)."""
+    flops: dict[str, dict[Shape, int]] = {}
+    for op, repeat in build(spec):
+        if not isinstance(op, Matmul) or not op.weights or not op.m or op.component.endswith(SIDE_MATMULS):
+            continue
+        rows = max(1, op.m // op.weights) if op.weights > 1 else op.m
+        by_shape = flops.setdefault(op.component, {})
+        by_shape[(rows, op.k, op.n)] = by_shape.get((rows, op.k, op.n), 0) + repeat * op.m * op.k * op.n
+    # the head's weight may be tied (weights=0): it is still a GEMM the model runs
+    for op, _ in build(spec):
+        if isinstance(op, Matmul) and op.component == "head" and not op.weights:
+            flops["head"] = {(op.m, op.k, op.n): 1}
+    return {name: [(shape, Fraction(f, sum(by_shape.values()))) for shape, f in by_shape.items()]
+            for name, by_shape in flops.items()}
 
 
 def matmul_shapes(spec: ModelSpec) -> list[Shape]:

@@ -1,7 +1,14 @@
-"""A real torch.nn.Module built from any ModelSpec.
+"""A real torch.nn.Module built from any ModelSpec, for a workload: one module per builder of the inventory
+(`tfcalc.arch.builders`), each laid out as its builder's op records say.
 
-Module names follow tfcalc's component names (`blocks.3.attention.qkv` is `attention/qkv`), so that counters'
-per-module figures map onto the analytic breakdown (see `tfcalc.verify.components`).
+Module names follow tfcalc's component names (`blocks.3.attention.qkv` is `attention/qkv`,
+`decoder.blocks.0.cross_attention.kv` is `decoder/cross_attention/kv`), so that counters' per-module figures map
+onto the analytic breakdown (see `tfcalc.verify.components`).
+
+The workload is the model's: `build_model(spec, workload=...)`. With cached tokens (prefill with a context,
+decode) each attention layer concatenates a cache of `context` keys and values (zeros: the shapes are what
+is counted) with the new ones; in decode an encoder-decoder's encoder does not run and its cross-attention
+keys and values come from the cache.
 
 Mixture of experts, on a real device: a softmax router picks the top_k experts of each token and each expert
 runs on exactly the tokens sent to it. On the meta device there is no data to route on, so routing is
@@ -18,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..arch import Layer, Stack, Workload, default_workload, stacks
 from ..spec import ModelSpec
 
 ACTIVATIONS = {
@@ -33,22 +41,25 @@ def make_norm(spec: ModelSpec) -> nn.Module:
 
 
 class Embedding(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    """Token table (unless an encoder-decoder shares one), positions, token types, a norm."""
+
+    def __init__(self, spec: ModelSpec, own_token_table: bool):
         super().__init__()
         D = spec.d_model
-        self.token = nn.Embedding(spec.vocab_size, D)
+        self.token = nn.Embedding(spec.vocab_size, D) if own_token_table else None
         self.position = nn.Embedding(spec.max_positions, D) if spec.positions == "learned" else None
         self.token_type = nn.Embedding(spec.n_token_types, D) if spec.n_token_types else None
         self.norm = make_norm(spec) if spec.embedding_norm else None
         self.sinusoidal = spec.positions == "sinusoidal"
 
-    def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None, offset: int,
+                table: nn.Embedding | None) -> torch.Tensor:
         N = tokens.shape[1]
-        x = self.token(tokens)
+        x = (table if self.token is None else self.token)(tokens)
         if self.position is not None:
-            x = x + self.position(torch.arange(N, device=tokens.device))
+            x = x + self.position(torch.arange(offset, offset + N, device=tokens.device))
         if self.sinusoidal:
-            x = x + sinusoidal_table(N, x.shape[-1], x.device, x.dtype)
+            x = x + sinusoidal_table(offset + N, x.shape[-1], x.device, x.dtype)[offset:]
         if self.token_type is not None:
             x = x + self.token_type(token_types)
         return self.norm(x) if self.norm is not None else x
@@ -64,12 +75,12 @@ def sinusoidal_table(n: int, d: int, device, dtype) -> torch.Tensor:
     return table.to(dtype)
 
 
-def rotary(x: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (Su et al.) on x: [B, H, N, d_head], rotate-half form; no parameters.
-    An odd last channel is left as it is."""
+def rotary(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """Rotary position embedding (Su et al.) on x: [B, H, N, d_head] at positions offset.., rotate-half form;
+    no parameters. An odd last channel is left as it is."""
     N, d = x.shape[-2], x.shape[-1] - x.shape[-1] % 2
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.arange(N, device=x.device, dtype=torch.float32)[:, None] * inv_freq
+    angles = torch.arange(offset, offset + N, device=x.device, dtype=torch.float32)[:, None] * inv_freq
     cos, sin = torch.cat([angles, angles], -1).cos().to(x.dtype), torch.cat([angles, angles], -1).sin().to(x.dtype)
     rot, rest = x[..., :d], x[..., d:]
     half1, half2 = rot[..., : d // 2], rot[..., d // 2:]
@@ -77,52 +88,115 @@ def rotary(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([rotated, rest], -1)
 
 
+def keep_mask(s_q: int, s_k: int, causal: bool, window: int | None, device) -> torch.Tensor | None:
+    """[s_q, s_k] booleans, True where query i (at key position s_k - s_q + i) may see key j; None: all."""
+    if not causal:
+        return None
+    position = torch.arange(s_k - s_q, s_k, device=device)[:, None]
+    key = torch.arange(s_k, device=device)[None, :]
+    keep = key <= position
+    if window is not None:
+        keep = keep & (position - key < window)
+    return keep
+
+
 class AttentionCore(nn.Module):
-    """softmax(q k^T / sqrt(d)) v: the scores and value mixing, as one module with no parameters.
+    """softmax(q k^T / sqrt(d) + bias) v, the mask applied: the scores and value mixing, one module with no
+    parameters.
 
     `explicit=True` computes it with two matmuls (what fvcore can trace op by op, and what a backward pass
     differentiates without recomputation); otherwise torch's scaled_dot_product_attention."""
 
-    def __init__(self, causal: bool, explicit: bool):
+    def __init__(self, causal: bool, window: int | None, explicit: bool):
         super().__init__()
-        self.causal, self.explicit = causal, explicit
+        self.causal, self.window, self.explicit = causal, window, explicit
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        s_q, s_k = int(q.shape[-2]), int(k.shape[-2])  # ints, also under fvcore's jit trace
+        plain_causal = bool(self.causal and self.window is None and s_q == s_k and bias is None)
+        keep = None if plain_causal else keep_mask(s_q, s_k, self.causal, self.window, q.device)
         if not self.explicit:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, N, dh] @ [B, H, dh, N]
-        if self.causal:
-            N = q.shape[-2]
-            future = torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1)
-            scores = scores.masked_fill(future, float("-inf"))
-        return scores.softmax(-1) @ v  # [B, H, N, N] @ [B, H, N, dh]
+            mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=plain_causal)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, s_q, dh] @ [B, H, dh, s_k]
+        if bias is not None:
+            scores = scores + bias
+        if plain_causal:
+            keep = keep_mask(s_q, s_k, True, None, q.device)
+        if keep is not None:
+            scores = scores.masked_fill(~keep, float("-inf"))
+        return scores.softmax(-1) @ v  # [B, H, s_q, s_k] @ [B, H, s_k, dh]
+
+
+def _heads(x: torch.Tensor, heads: int, d_head: int) -> torch.Tensor:
+    """[B, N, heads * d_head] -> [B, heads, N, d_head]"""
+    B, N, _ = x.shape
+    return x.view(B, N, heads, d_head).transpose(1, 2)
+
+
+def _cached(new: torch.Tensor, context: int) -> torch.Tensor:
+    """The cache's `context` keys (or values) before the new ones: zeros, their shape is what counts."""
+    if not context:
+        return new
+    B, H, _, d = new.shape
+    return torch.cat([new.new_zeros(B, H, context, d), new], dim=2)
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, explicit: bool):
+    """The `attention` builder: fused q/k/v, the core over cache + new keys, the output projection."""
+
+    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
         self.qkv = nn.Linear(spec.d_model, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias)
-        self.core = AttentionCore(spec.causal, explicit)
+        self.core = AttentionCore(causal, layer.window, explicit)
         self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
         self.rotary = spec.positions == "rotary"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
         q, k, v = self.qkv(x).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
-        q = q.view(B, N, H, dh).transpose(1, 2)
-        k = k.view(B, N, Hkv, dh).transpose(1, 2)
-        v = v.view(B, N, Hkv, dh).transpose(1, 2)
+        q, k, v = _heads(q, H, dh), _heads(k, Hkv, dh), _heads(v, Hkv, dh)
         if self.rotary:
-            q, k = rotary(q), rotary(k)
+            q, k = rotary(q, context), rotary(k, context)
+        k, v = _cached(k, context), _cached(v, context)
         if Hkv != H:  # GQA/MQA: each key/value head serves H / Hkv query heads
             k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
-        y = self.core(q, k, v)
+        y = self.core(q, k, v, bias)
         return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
 
 
+class CrossAttention(nn.Module):
+    """The `cross_attention` builder: queries from the decoder, keys and values from the encoder's output, or,
+    in decode, from the cache (`src_len` of them)."""
+
+    def __init__(self, spec: ModelSpec, explicit: bool):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
+        self.q = nn.Linear(spec.d_model, spec.d_attn, bias=spec.has_qkv_bias)
+        self.kv = nn.Linear(spec.d_model, 2 * spec.d_kv, bias=spec.has_qkv_bias)
+        self.core = AttentionCore(False, None, explicit)
+        self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None, src_len: int) -> torch.Tensor:
+        B, N, _ = x.shape
+        H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
+        q = _heads(self.q(x), H, dh)
+        if memory is None:  # decode: the encoder's keys and values were cached at prefill
+            k = v = x.new_zeros(B, Hkv, src_len, dh)
+        else:
+            k, v = self.kv(memory).split([Hkv * dh, Hkv * dh], dim=-1)
+            k, v = _heads(k, Hkv, dh), _heads(v, Hkv, dh)
+        if Hkv != H:
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+        return self.out(self.core(q, k, v).transpose(1, 2).reshape(B, N, H * dh))
+
+
 class MLP(nn.Module):
+    """The `mlp` builder (and one expert of `moe`)."""
+
     def __init__(self, spec: ModelSpec, d_hidden: int):
         super().__init__()
         bias = spec.has_mlp_bias
@@ -137,6 +211,8 @@ class MLP(nn.Module):
 
 
 class MoE(nn.Module):
+    """The `moe` builder."""
+
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.top_k = spec.top_k
@@ -176,66 +252,137 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, explicit: bool):
+    """One block of the inventory: self-attention, cross-attention when it has it, the MLP or the experts."""
+
+    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool):
         super().__init__()
         self.pre_norm = spec.norm_position == "pre"
         self.attention_norm = make_norm(spec)
-        self.attention = Attention(spec, explicit)
+        self.attention = Attention(spec, layer, causal, explicit)
+        if layer.cross:
+            self.cross_attention_norm = make_norm(spec)
+            self.cross_attention = CrossAttention(spec, explicit)
         self.mlp_norm = make_norm(spec)
-        if spec.is_moe:
+        if layer.moe:
             self.moe = MoE(spec)
         else:
             self.mlp = MLP(spec, spec.d_ff)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ff = self.moe if hasattr(self, "moe") else self.mlp
-        if self.pre_norm:
-            x = x + self.attention(self.attention_norm(x))
-            return x + ff(self.mlp_norm(x))
-        x = self.attention_norm(x + self.attention(x))
-        return self.mlp_norm(x + ff(x))
+    def _sublayers(self, context: int, bias, memory, src_len: int):
+        yield self.attention_norm, lambda h: self.attention(h, context, bias)
+        if hasattr(self, "cross_attention"):
+            yield self.cross_attention_norm, lambda h: self.cross_attention(h, memory, src_len)
+        yield self.mlp_norm, self.moe if hasattr(self, "moe") else self.mlp
+
+    def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, src_len: int = 0) -> torch.Tensor:
+        for norm, sublayer in self._sublayers(context, bias, memory, src_len):
+            x = x + sublayer(norm(x)) if self.pre_norm else norm(x + sublayer(x))
+        return x
+
+
+class RelativeBias(nn.Module):
+    """T5's relative position bias: a [buckets, H] table in the stack's first block, looked up by each (query,
+    key) offset and added to every block's scores. The bucketing here is a plain clamp of |offset| (T5 buckets
+    logarithmically); it is a lookup either way, no matmul, and the table's shape is T5's."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.table = nn.Embedding(spec.relative_attention_buckets, spec.n_heads)
+
+    def forward(self, s_q: int, s_k: int, device) -> torch.Tensor:
+        offset = torch.arange(s_k, device=device)[None, :] - torch.arange(s_k - s_q, s_k, device=device)[:, None]
+        buckets = offset.abs().clamp(max=self.table.num_embeddings - 1)
+        return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, H, s_q, s_k]
+
+
+class StackModule(nn.Module):
+    """One stack: its embedding, its blocks in order, its final norm."""
+
+    def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool):
+        super().__init__()
+        self.embedding = Embedding(spec, own_token_table)
+        self.relative_bias = RelativeBias(spec) if spec.positions == "relative" else None
+        self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit)
+                                    for i in range(stack.n_layers))
+        self.final_norm = make_norm(spec) if spec.final_norm else None
+
+    def forward(self, tokens: torch.Tensor, token_types=None, context: int = 0, table=None, memory=None,
+                src_len: int = 0) -> torch.Tensor:
+        x = self.embedding(tokens, token_types, context, table)
+        N = tokens.shape[1]
+        bias = None if self.relative_bias is None else self.relative_bias(N, context + N, tokens.device)
+        for block in self.blocks:
+            x = block(x, context, bias, memory, src_len)
+        return self.final_norm(x) if self.final_norm is not None else x
 
 
 class Transformer(nn.Module):
-    """The reference model. forward(tokens [B, N], token_types [B, N] or None) returns the logits [B, N, V] (or
-    the hidden states [B, N, D] without an LM head) and, with a pooler, also the pooled output [B, D]."""
+    """The reference model for `spec` on `workload`. forward(*inputs) takes `example_inputs(spec, workload)`:
+    tokens [B, N] (and token types), or for an encoder-decoder the source tokens [B, S] then the decoder's
+    tokens [B, N] (the decoder's alone in decode). It returns the logits of the scored positions [B, n, V] (or
+    the hidden states [B, N, D] without an LM head) and, with a pooler, also the pooled output [B, D].
 
-    def __init__(self, spec: ModelSpec, explicit_attention: bool = False):
+    A one-stack model keeps the flat layout (`embedding`, `blocks`, `final_norm`); an encoder-decoder has
+    `embedding.token` (shared), `encoder` and `decoder` stacks."""
+
+    def __init__(self, spec: ModelSpec, workload: Workload | None = None, explicit_attention: bool = False):
         super().__init__()
-        self.spec = spec
-        self.embedding = Embedding(spec)
-        self.blocks = nn.ModuleList(Block(spec, explicit_attention) for _ in range(spec.n_layers))
-        self.final_norm = make_norm(spec) if spec.final_norm else None
+        self.spec, self.workload = spec, workload or default_workload(spec)
+        all_stacks = stacks(spec)
+        if spec.is_encoder_decoder:
+            shared = spec.shared_embeddings
+            self.embedding = nn.Module()
+            self.embedding.token = nn.Embedding(spec.vocab_size, spec.d_model) if shared else None
+            self.encoder = StackModule(spec, all_stacks[0], explicit_attention, not shared)
+            self.decoder = StackModule(spec, all_stacks[1], explicit_attention, not shared)
+            token_table = self.embedding.token if shared else self.decoder.embedding.token
+        else:
+            stack = StackModule(spec, all_stacks[0], explicit_attention, True)
+            self.embedding, self.blocks, self.final_norm = stack.embedding, stack.blocks, stack.final_norm
+            self.relative_bias = stack.relative_bias
+            self._stack = [stack]  # not registered: its modules are this model's own
+            token_table = self.embedding.token
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False) if spec.lm_head else None
         if self.head is not None and spec.tie_embeddings:
-            self.head.weight = self.embedding.token.weight
+            self.head.weight = token_table.weight
 
-    def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None = None):
-        x = self.embedding(tokens, token_types)
-        for block in self.blocks:
-            x = block(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        out = self.head(x) if self.head is not None else x
+    def forward(self, *inputs: torch.Tensor):
+        w = self.workload
+        if self.spec.is_encoder_decoder:
+            table = self.embedding.token
+            memory = None if w.phase == "decode" else self.encoder(inputs[0], table=table)
+            x = self.decoder(inputs[-1], context=w.context, table=table, memory=memory, src_len=w.src_len or 0)
+        else:
+            x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context)
+        out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
         if self.pooler is None:
             return out
         return out, torch.tanh(self.pooler(x[:, 0]))
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
-                explicit_attention: bool = False) -> Transformer:
+                explicit_attention: bool = False, workload: Workload | None = None) -> Transformer:
     """The reference model, its parameters created directly on `device` (on meta, nothing is allocated)."""
     with torch.device(device):
-        model = Transformer(spec, explicit_attention)
+        model = Transformer(spec, workload, explicit_attention)
     return model.to(dtype)
 
 
-def example_inputs(spec: ModelSpec, device: str | torch.device = "meta") -> tuple[torch.Tensor, ...]:
-    """Token ids [B, N] (and token types when the spec has them) on `device`."""
+def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
+                   workload: Workload | None = None) -> tuple[torch.Tensor, ...]:
+    """Token ids for `workload` (default: the spec's own) on `device`: [B, N] and token types when the spec
+    has them; for an encoder-decoder the source [B, S] first (left out in decode, when the encoder is cached)."""
+    w = workload or default_workload(spec)
     generator = None if str(device) == "meta" else torch.Generator(device=device).manual_seed(0)
-    shape = (spec.batch_size, spec.seq_len)
-    tokens = torch.randint(spec.vocab_size, shape, device=device, generator=generator)
+
+    def ids(n: int, high: int) -> torch.Tensor:
+        return torch.randint(high, (w.batch_size, n), device=device, generator=generator)
+
+    tokens = ids(w.seq_len, spec.vocab_size)
+    if spec.is_encoder_decoder:
+        return (tokens,) if w.phase == "decode" else (ids(w.src_len or w.seq_len, spec.vocab_size), tokens)
     if not spec.n_token_types:
         return (tokens,)
-    return tokens, torch.randint(spec.n_token_types, shape, device=device, generator=generator)
+    return tokens, ids(w.seq_len, spec.n_token_types)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..arch import Workload
 from ..counts import count
 from ..errors import TfcalcError
 from ..spec import ModelSpec
@@ -64,6 +65,7 @@ class CheckReport:
     params: list[ParamRow]
     uncounted_ops: dict[str, int]
     notes: list[str]
+    workload: Workload | None = None
     train: TrainRow | None = None
     routing: str = ""
 
@@ -79,6 +81,7 @@ class CheckReport:
         f, p = self.forward, self.params
         return {
             "spec": self.spec.model_dump(),
+            "workload": self.workload.model_dump(),
             "device": self.device,
             "routing": self.routing,
             "match": self.match,
@@ -93,15 +96,21 @@ class CheckReport:
         }
 
 
-def check(spec: ModelSpec, device: str = "meta", train: bool = False) -> CheckReport:
-    """Build the reference model on `device` and compare every count with FlopCounterMode and fvcore."""
+def check(spec: ModelSpec, device: str = "meta", train: bool = False,
+          workload: Workload | None = None) -> CheckReport:
+    """Build the reference model on `device` for `workload` (default: the spec's train step) and compare every
+    count with FlopCounterMode and fvcore."""
     torch = _import_torch()
     from ..reference import build_model, example_inputs
 
+    result = count(spec, workload)
+    workload = result.workload
+    if train and workload.phase != "train":
+        raise TfcalcError(f"train=True with phase={workload.phase!r}: a train step is counted for phase 'train' "
+                          "only")
     device = _validate_device(torch, device, spec)
-    result = count(spec)
-    model = build_model(spec, device)
-    inputs = example_inputs(spec, device)
+    model = build_model(spec, device, workload=workload)
+    inputs = example_inputs(spec, device, workload)
 
     fc = counters.flop_counter_forward(model, inputs)
     fv = counters.fvcore_forward(model, inputs)
@@ -135,7 +144,7 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False) -> CheckRe
     if spec.is_moe:
         routing = ("deterministic round robin (meta has no data): token t's j-th slot t*k+j goes to expert "
                    "(t*k+j) mod n_experts" if device == "meta" else "real: softmax router, top-k per token")
-    return CheckReport(spec, device, forward, params, fv.uncounted_ops, notes, train_row, routing)
+    return CheckReport(spec, device, forward, params, fv.uncounted_ops, notes, workload, train_row, routing)
 
 
 def _import_torch():

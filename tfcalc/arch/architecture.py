@@ -1,0 +1,90 @@
+"""The model as stacks of layers, compiled from a ModelSpec: which blocks are alike and how many there are.
+
+A decoder- or encoder-only model is one stack (its components are named without a prefix: `attention/qkv`);
+an encoder-decoder has an `encoder` and a `decoder` stack (`encoder/attention/qkv`, `decoder/cross_attention/q`).
+Layers of a stack may differ (dense then MoE, every other block MoE, local and global attention). Counting
+folds over the distinct layers with their repeat counts, found by arithmetic over the pattern's period, so its
+cost does not grow with the number of layers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from math import lcm
+
+from ..spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """What makes one block differ from another."""
+
+    moe: bool  # a mixture of experts in place of the dense MLP
+    window: int | None  # the sliding window of its self-attention; None sees every key it may
+    cross: bool  # cross-attention to the encoder's output (a decoder block of an encoder-decoder)
+
+    @property
+    def label(self) -> str:
+        parts = ["moe" if self.moe else "dense", "global" if self.window is None else f"window {self.window:,}"]
+        return ", ".join(parts + (["cross-attention"] if self.cross else []))
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str  # the component prefix: "" (one stack), "encoder" or "decoder"
+    spec: ModelSpec
+    n_layers: int
+    causal: bool
+    cross: bool  # its blocks attend to the encoder
+
+    def prefix(self, component: str) -> str:
+        return f"{self.name}/{component}" if self.name else component
+
+    @property
+    def _period(self) -> int:
+        spec = self.spec
+        windows = len(spec.attention_pattern) if self.causal and spec.attention_pattern else 1
+        return lcm(windows, spec.moe_every if spec.is_moe else 1)
+
+    def _boundaries(self) -> list[int]:
+        """Layer indices where a rule that is not periodic changes: the first dense blocks, the windowed tail."""
+        spec, points = self.spec, {0, self.n_layers}
+        if spec.is_moe:
+            points.add(min(spec.first_dense_layers, self.n_layers))
+        if self.causal and spec.sliding_window is not None and spec.sliding_window_layers is not None:
+            points.add(self.n_layers - spec.sliding_window_layers)
+        return sorted(points)
+
+    def layer(self, i: int) -> Layer:
+        """The i-th block (from 0)."""
+        spec = self.spec
+        moe = spec.is_moe and i >= spec.first_dense_layers and (i + 1) % spec.moe_every == 0
+        window = None
+        if self.causal and spec.sliding_window is not None:
+            if spec.attention_pattern is not None:
+                local = spec.attention_pattern[i % len(spec.attention_pattern)] == "local"
+            else:
+                layers = self.n_layers if spec.sliding_window_layers is None else spec.sliding_window_layers
+                local = i >= self.n_layers - layers
+            window = spec.sliding_window if local else None
+        return Layer(moe, window, self.cross)
+
+    def distinct(self) -> dict[Layer, int]:
+        """Each distinct block and how many of the stack's blocks are like it, in order of first appearance.
+
+        Between two boundaries a block depends only on its index modulo the period, so each of the period's
+        residues is looked at once per interval: the cost is independent of n_layers."""
+        period, counts = self._period, Counter()
+        bounds = self._boundaries()
+        for lo, hi in zip(bounds, bounds[1:]):
+            for i in range(lo, min(hi, lo + period)):
+                counts[self.layer(i)] += (hi - 1 - i) // period + 1  # i, i + period, ... < hi
+        return dict(counts)
+
+
+def stacks(spec: ModelSpec) -> list[Stack]:
+    if spec.is_encoder_decoder:
+        return [Stack("encoder", spec, spec.n_encoder_layers, causal=False, cross=False),
+                Stack("decoder", spec, spec.n_layers, causal=True, cross=True)]
+    return [Stack("", spec, spec.n_layers, causal=spec.causal, cross=False)]

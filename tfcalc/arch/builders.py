@@ -1,0 +1,222 @@
+"""Builders: one function per block kind, each turning (spec, workload, stack, layer) into op records.
+
+A builder is registered under the name of the sublayer it builds (`@builder("attention")`); the inventory calls
+them in order, and the reference model has one module per builder, named after its components. Adding a block
+kind is one builder here and one module in `tfcalc.reference`; the folds, the renderers and `check` read the
+records and need no change.
+
+Shapes follow torch's nn.Linear (weight [out, in], bias [out]); a shape comment is on each record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..spec import ModelSpec
+from .architecture import Layer, Stack
+from .ops import AttentionCore, Elementwise, Mask, Matmul, Norm, Op, Table
+from .workload import Workload
+
+# Estimated FLOPs per element of the work that is not a matmul: rough, stated once, only ever reported apart.
+ACTIVATION_FLOPS = {"gelu": 8, "gelu_tanh": 8, "silu": 4, "relu": 1}
+GATE_MULTIPLY = 1  # act(gate) * up
+RESIDUAL_ADD = 1
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What a builder sees: the model, the workload, the stack and block, and the token counts they imply."""
+
+    spec: ModelSpec
+    workload: Workload
+    stack: Stack
+    layer: Layer | None = None
+
+    @property
+    def b(self) -> int:
+        return self.workload.batch_size
+
+    @property
+    def s(self) -> int:
+        """Tokens per sequence this stack processes in the step (0: it does not run, e.g. the encoder in decode)."""
+        w = self.workload
+        if self.stack.name == "encoder":
+            return 0 if w.phase == "decode" else (w.src_len or w.seq_len)
+        return w.seq_len
+
+    @property
+    def t(self) -> int:
+        return self.b * self.s
+
+    @property
+    def keys(self) -> int:
+        """Keys of this stack's self-attention: the cache and the new tokens (the encoder has no cache)."""
+        return self.s if self.stack.name == "encoder" else self.workload.keys
+
+    @property
+    def src(self) -> int:
+        """Encoder tokens per sequence (the keys of cross-attention)."""
+        return self.workload.src_len or self.workload.seq_len
+
+    def name(self, component: str) -> str:
+        return self.stack.prefix(component)
+
+
+Builder = Callable[[Ctx], list[Op]]
+BUILDERS: dict[str, Builder] = {}
+
+
+def builder(name: str) -> Callable[[Builder], Builder]:
+    """Register a builder under `name` (one place per block kind, like torch's register_flop_formula)."""
+    def register(fn: Builder) -> Builder:
+        assert name not in BUILDERS, name
+        BUILDERS[name] = fn
+        return fn
+    return register
+
+
+def _norm(ctx: Ctx, component: str, rows: int) -> Norm:
+    return Norm(ctx.name(component), ctx.spec.norm, rows, ctx.spec.d_model)
+
+
+@builder("embedding")
+def embedding(ctx: Ctx) -> list[Op]:
+    """The stack's input: token table (unless shared at the top), positions, token types, a norm."""
+    spec, D = ctx.spec, ctx.spec.d_model
+    ops: list[Op] = []
+    if not (spec.is_encoder_decoder and spec.shared_embeddings):
+        ops.append(Table(ctx.name("embedding/token"), spec.vocab_size, D))  # [V, D]
+    if spec.positions == "learned":
+        ops.append(Table(ctx.name("embedding/position"), spec.max_positions, D, "position"))  # [P, D]
+    if spec.positions == "relative":  # T5: one bucket table in the stack's first block, shared by the rest
+        ops.append(Table(ctx.name("attention/relative_bias"), spec.relative_attention_buckets, spec.n_heads,
+                         "position"))  # [buckets, H]
+    if spec.n_token_types:
+        ops.append(Table(ctx.name("embedding/token_type"), spec.n_token_types, D, "token_type"))  # [types, D]
+    if spec.embedding_norm:
+        ops.append(_norm(ctx, "embedding/norm", ctx.t))
+    return ops
+
+
+def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask) -> AttentionCore:
+    spec = ctx.spec
+    # q: [B, H, s_q, dh] @ k^T: [B, H, dh, s_k]; probs: [B, H, s_q, s_k] @ v: [B, H, s_k, dh]
+    return AttentionCore(ctx.name(component), ctx.b, spec.n_heads, s_q, s_k, spec.d_head, spec.d_head, mask)
+
+
+@builder("attention")
+def attention(ctx: Ctx) -> list[Op]:
+    """Self-attention: norm, fused q/k/v projection, scores and value mixing, output projection, residual."""
+    spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
+    return [
+        _norm(ctx, "attention/norm", t),
+        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh]
+        Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias),
+        _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window)),
+        # heads: [T, H*dh] @ W_o: [H*dh, D]
+        Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias),
+        Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
+    ]
+
+
+@builder("cross_attention")
+def cross_attention(ctx: Ctx) -> list[Op]:
+    """Queries from the decoder, keys and values from the encoder's output (all of it: no mask). In decode the
+    encoder's keys and values are cached, so their projection does no work (its weights are still there)."""
+    spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
+    kv_rows = 0 if ctx.workload.phase == "decode" else ctx.b * ctx.src
+    return [
+        _norm(ctx, "cross_attention/norm", t),
+        # decoder x: [T, D] @ W_q: [D, H*dh]
+        Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias),
+        # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
+        Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias),
+        _attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
+        # heads: [T, H*dh] @ W_o: [H*dh, D]
+        Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias),
+        Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
+    ]
+
+
+def _mlp_matrices(ctx: Ctx, component: str, rows: int, width: int, weights: int = 1,
+                  active: int | None = None) -> list[Op]:
+    """up [and gate] D -> width, down width -> D, over `rows` token rows, and the activation on the hidden."""
+    spec, D, bias = ctx.spec, ctx.spec.d_model, ctx.spec.has_mlp_bias
+    gated = spec.mlp == "gated"
+    ops: list[Op] = [Matmul(ctx.name(f"{component}"), rows, D, width, weights, bias, active)]  # x @ W_up: [D, F]
+    if gated:
+        ops.append(Matmul(ctx.name(f"{component}"), rows, D, width, weights, bias, active))  # x @ W_gate: [D, F]
+    ops.append(Matmul(ctx.name(f"{component}"), rows, width, D, weights, bias, active))  # h @ W_down: [F, D]
+    ops.append(Elementwise(ctx.name(component), "activation", rows * width,
+                           ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0)))
+    return ops
+
+
+@builder("mlp")
+def mlp(ctx: Ctx) -> list[Op]:
+    """A dense MLP: norm, up [and gate], activation, down, residual."""
+    spec, t, D, F = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.d_ff
+    bias = spec.has_mlp_bias
+    ops: list[Op] = [_norm(ctx, "mlp/norm", t),
+                     Matmul(ctx.name("mlp/up"), t, D, F, bias=bias)]  # x: [T, D] @ W_up: [D, F]
+    if spec.mlp == "gated":
+        ops.append(Matmul(ctx.name("mlp/gate"), t, D, F, bias=bias))  # x: [T, D] @ W_gate: [D, F]
+    ops += [Matmul(ctx.name("mlp/down"), t, F, D, bias=bias),  # h: [T, F] @ W_down: [F, D]
+            Elementwise(ctx.name("mlp/activation"), "activation", t * F,
+                        ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if spec.mlp == "gated" else 0)),
+            Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD)]
+    return ops
+
+
+@builder("moe")
+def moe(ctx: Ctx) -> list[Op]:
+    """A mixture of experts: a router, each token through exactly top_k routed experts (an even split is not
+    assumed: the rows are all the token-expert pairs), shared experts every token goes through, their gate."""
+    spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
+    E, k = spec.n_experts, spec.top_k
+    ops: list[Op] = [_norm(ctx, "mlp/norm", t),
+                     Matmul(ctx.name("moe/router"), t, D, E),  # x: [T, D] @ W_router: [D, E]
+                     # softmax over E router logits, then weighting each of the top_k expert outputs
+                     Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
+    # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
+    ops += _mlp_matrices(ctx, "moe/experts", t * k, spec.d_expert, weights=E, active=k)
+    if spec.n_shared_experts:
+        n = spec.n_shared_experts  # every token through each: [T*n, D] @ [D, F_s], ...
+        ops += _mlp_matrices(ctx, "moe/shared_experts", t * n, spec.d_shared_expert, weights=n)
+    if spec.shared_expert_gate:
+        ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1))  # x: [T, D] @ W_gate: [D, 1]
+    ops.append(Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD))
+    return ops
+
+
+@builder("final_norm")
+def final_norm(ctx: Ctx) -> list[Op]:
+    return [_norm(ctx, "final_norm", ctx.t)] if ctx.spec.final_norm else []
+
+
+@builder("head")
+def head(ctx: Ctx) -> list[Op]:
+    """Once for the model: a shared token table, the pooler, the vocabulary projection."""
+    spec, D, b = ctx.spec, ctx.spec.d_model, ctx.b
+    ops: list[Op] = []
+    if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, D]
+        ops.append(Matmul("pooler", b, D, D, bias=True))
+    if spec.lm_head:
+        # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
+        ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
+                          weights=0 if spec.tie_embeddings else 1))
+    return ops
+
+
+@builder("shared_embedding")
+def shared_embedding(ctx: Ctx) -> list[Op]:
+    """An encoder-decoder's one token table, used by both stacks (and by a tied head)."""
+    spec = ctx.spec
+    return [Table("embedding/token", spec.vocab_size, spec.d_model)] if spec.shared_embeddings else []
+
+
+def block(ctx: Ctx) -> list[Op]:
+    """One block: self-attention, cross-attention when it has it, then the MLP or the experts."""
+    names = ["attention", *(["cross_attention"] if ctx.layer.cross else []), "moe" if ctx.layer.moe else "mlp"]
+    return [op for name in names for op in BUILDERS[name](ctx)]

@@ -1,0 +1,104 @@
+"""The inventory: per distinct layer, its ordered op records, times how many layers are like it.
+
+    >>> from tfcalc import load_preset
+    >>> inv = build(load_preset("gpt2"))
+    >>> [(g.label, g.repeat, len(g.ops)) for g in inv.groups]
+    [('embedding', 1, 2), ('block (dense, global)', 12, 10), ('final_norm', 1, 1), ('head', 1, 1)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+from .architecture import Stack, stacks
+from .builders import BUILDERS, Ctx, block
+from .ops import AttentionCore, Elementwise, Op
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class Group:
+    label: str
+    repeat: int
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    spec: ModelSpec
+    workload: Workload
+    groups: tuple[Group, ...]
+
+    def __iter__(self) -> Iterator[tuple[Op, int]]:
+        """Every op record with the number of times the model performs it."""
+        for group in self.groups:
+            for op in group.ops:
+                yield op, group.repeat
+
+    def components(self) -> list[str]:
+        """Component names in model order (an attention core gives `.../scores` and `.../values`)."""
+        names: dict[str, None] = {}
+        for op, _ in self:
+            if isinstance(op, AttentionCore):
+                names[op.component + "/scores"] = names[op.component + "/values"] = None
+            elif not isinstance(op, Elementwise):
+                names[op.component] = None
+        return list(names)
+
+
+def default_workload(spec: ModelSpec) -> Workload:
+    """The spec's own workload: a train step of batch_size sequences of seq_len tokens."""
+    return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len,
+                    src_len=spec.seq_len if spec.is_encoder_decoder else None)
+
+
+def validate(spec: ModelSpec, workload: Workload) -> None:
+    """Refuse a workload the model cannot run, naming the field and the value."""
+    problems = []
+    if workload.src_len is not None and not spec.is_encoder_decoder:
+        problems.append(f"src_len={workload.src_len}: only an encoder-decoder has an encoder input "
+                        f"({spec.label} has n_encoder_layers=0)")
+    if not spec.causal and workload.phase != "train":
+        problems.append(f"phase={workload.phase!r}: {spec.label} is a bidirectional encoder; it has no KV cache "
+                        "to prefill or decode (use phase='train' for a forward over whole sequences)")
+    if spec.positions == "learned":
+        if workload.keys > spec.max_positions:
+            what = f"context + seq_len = {workload.keys}" if workload.context else f"seq_len={workload.seq_len}"
+            problems.append(f"{what} exceeds max_positions={spec.max_positions} (learned positions have no row "
+                            "for the extra tokens)")
+        if spec.is_encoder_decoder and workload.src_len and workload.src_len > spec.max_positions:
+            problems.append(f"src_len={workload.src_len} exceeds max_positions={spec.max_positions} (learned "
+                            "positions have no row for the extra tokens)")
+    if problems:
+        raise TfcalcError("\n".join(problems))
+
+
+def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
+    """The op inventory of `spec` on `workload` (default: the spec's own train step). Pure integers, no torch;
+    the work grows with the number of distinct layers, not with n_layers."""
+    workload = workload or default_workload(spec)
+    if spec.is_encoder_decoder and workload.src_len is None:
+        workload = workload.model_copy(update={"src_len": workload.seq_len})
+    groups: list[Group] = []
+    all_stacks = stacks(spec)
+    top = Ctx(spec, workload, all_stacks[-1])
+    if spec.is_encoder_decoder:
+        groups.append(Group("embedding", 1, tuple(BUILDERS["shared_embedding"](top))))
+    for stack in all_stacks:
+        groups += _stack_groups(spec, workload, stack)
+    groups.append(Group("head", 1, tuple(BUILDERS["head"](top))))
+    return Inventory(spec, workload, tuple(g for g in groups if g.ops))
+
+
+def _stack_groups(spec: ModelSpec, workload: Workload, stack: Stack) -> list[Group]:
+    ctx = Ctx(spec, workload, stack)
+    where = f"{stack.name} " if stack.name else ""
+    groups = [Group(f"{where}embedding", 1, tuple(BUILDERS["embedding"](ctx)))]
+    for layer, repeat in stack.distinct().items():
+        groups.append(Group(f"{where}block ({layer.label})", repeat,
+                            tuple(block(Ctx(spec, workload, stack, layer)))))
+    groups.append(Group(f"{where}final_norm", 1, tuple(BUILDERS["final_norm"](ctx))))
+    return groups

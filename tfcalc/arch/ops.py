@@ -1,0 +1,93 @@
+"""The op records an inventory is made of: shapes and integers, nothing else (no torch, no config objects).
+
+Every figure tfcalc reports is a fold over these records (`tfcalc.counts.folds`):
+- `Matmul`: x [m, k] @ W [k, n], with the weight matrices it owns (0 when tied or when W is an activation).
+- `AttentionCore`: softmax(q k^T) v for b x h heads, s_q queries against s_k keys, and which pairs the mask keeps.
+- `Table`: a lookup table (token, position, token-type or relative-bias embedding): parameters, no matmul.
+- `Norm`: a LayerNorm or RMSNorm over `rows` vectors of `width`: parameters and non-matmul work.
+- `Elementwise`: activations, gates, residual adds, routing: non-matmul work only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Matmul:
+    """x: [m, k] @ W: [k, n]. `weights` matrices of [k, n] (and biases [n]) belong to this op: 1 for a linear,
+    E for E routed experts (m is then all the rows sent to any of them), 0 for a tied or activation operand.
+    `active`: the weight matrices one token touches (top_k of E); None means all of them."""
+
+    component: str
+    m: int
+    k: int
+    n: int
+    weights: int = 1
+    bias: bool = False
+    active: int | None = None
+
+    @property
+    def params_each(self) -> int:
+        """One weight matrix and its bias: nn.Linear(k, n) has weight [n, k] and bias [n]."""
+        return self.k * self.n + (self.n if self.bias else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Mask:
+    """Which (query, key) pairs attention keeps. Query i sits at key position `offset + i` (offset = cached
+    tokens before the queries). causal: keys at or before the query; window: also within the last `window`."""
+
+    causal: bool
+    window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionCore:
+    """scores = q [b, h, s_q, d_qk] @ k^T [b, h, d_qk, s_k]; out = probs [b, h, s_q, s_k] @ v [b, h, s_k, d_v]."""
+
+    component: str
+    b: int
+    h: int
+    s_q: int
+    s_k: int
+    d_qk: int
+    d_v: int
+    mask: Mask
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A lookup table of `rows` x `dim` parameters (an embedding); a lookup is not a matmul."""
+
+    component: str
+    rows: int
+    dim: int
+    kind: str = "token"  # "token", "position" (learned or relative-bias) or "token_type"
+
+
+@dataclass(frozen=True, slots=True)
+class Norm:
+    """A norm over `rows` vectors of `width`: LayerNorm has weight and bias [width], RMSNorm a weight."""
+
+    component: str
+    kind: str  # "layernorm" | "rmsnorm"
+    rows: int
+    width: int
+
+    @property
+    def params(self) -> int:
+        return self.width * (2 if self.kind == "layernorm" else 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    """Non-matmul work: `elements` elements at an estimated `flops_each` FLOPs each."""
+
+    component: str
+    kind: str  # "activation", "gate", "residual", "routing"
+    elements: int
+    flops_each: int
+
+
+Op = Matmul | AttentionCore | Table | Norm | Elementwise

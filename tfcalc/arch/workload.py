@@ -1,0 +1,72 @@
+"""The workload: what the model is run on. Parameters never depend on it; FLOPs, bytes and memory do.
+
+A workload is `batch_size` sequences, each processing `seq_len` new tokens (the queries) that attend to the
+`context` tokens already in the KV cache and to themselves (the keys: context + seq_len), and, for an
+encoder-decoder, `src_len` encoder tokens. The phase says what runs:
+- train: every token is processed and scored (the head over every position); no cache.
+- prefill: the prompt is processed into the cache; the head scores only the last token of each sequence.
+- decode: one new token per sequence against `context` cached ones; the head scores that token. An
+  encoder-decoder's encoder output (and its cross-attention keys and values) is cached from the prefill.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Size = Annotated[int, Field(gt=0)]
+Count = Annotated[int, Field(ge=0)]
+PHASES = ("train", "prefill", "decode")
+
+
+class Workload(BaseModel):
+    """>>> Workload(seq_len=1, context=8192, phase="decode").keys
+    8193
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    phase: Literal["train", "prefill", "decode"] = Field("train", description="train, prefill or decode.")
+    batch_size: Size = Field(1, description="Sequences (B).")
+    seq_len: Size = Field(description="New tokens per sequence: the queries (the decoder's, for an "
+                                      "encoder-decoder); 1 when decoding.")
+    context: Count = Field(0, description="Tokens per sequence already in the KV cache, attended to as keys.")
+    src_len: Size | None = Field(None, description="Encoder tokens per sequence (encoder-decoder only).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        problems = []
+        if self.phase == "train" and self.context:
+            problems.append(f"context={self.context}: a train step has no KV cache (use phase='prefill' or "
+                            "'decode')")
+        if self.phase == "decode" and self.seq_len != 1:
+            problems.append(f"seq_len={self.seq_len}: decode processes one new token per sequence; give the "
+                            "cached tokens as context")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def keys(self) -> int:
+        """Keys each new token may attend to in self-attention: the cache and the new tokens."""
+        return self.context + self.seq_len
+
+    @property
+    def tokens(self) -> int:
+        """New (decoder) tokens in the step: batch_size * seq_len."""
+        return self.batch_size * self.seq_len
+
+    @property
+    def scored(self) -> int:
+        """Positions per sequence that the head scores: all in training, the last one otherwise."""
+        return self.seq_len if self.phase == "train" else 1
+
+    def describe(self) -> str:
+        parts = [f"{self.phase}: B={self.batch_size}"]
+        if self.src_len is not None:
+            parts.append(f"src_len={self.src_len}")
+        parts.append(f"N={self.seq_len} new token{'s' if self.seq_len != 1 else ''}")
+        if self.context:
+            parts.append(f"context={self.context} cached")
+        return " ".join(parts)
