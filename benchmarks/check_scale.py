@@ -2,8 +2,9 @@
 
     python benchmarks/check_scale.py
 
-Target (issue 3): `tfcalc check --preset gpt3-175b` and `--preset llama3-405b --seq-len 4096` each at most 60 s
-and 4 GB peak resident memory.
+Targets: `tfcalc check --preset gpt3-175b` and `--preset llama3-405b --seq-len 4096` each at most 60 s and 4 GB
+peak resident memory (issue 3); the same for the largest encoder-decoder preset (t5-large) and for decode with a
+KV cache (issue 9).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ RUNS = [
     ["check", "--preset", "llama3-405b", "--seq-len", "4096"],
     ["check", "--preset", "mixtral-8x22b"],
     ["check", "--preset", "gpt3-175b", "--train"],
+    ["check", "--preset", "t5-large"],
+    ["check", "--preset", "bart-large"],
+    ["check", "--preset", "llama3-405b", "--phase", "decode", "--context", "131071"],
 ]
 LIMIT_S, LIMIT_BYTES = 60.0, 4 * 10**9
 

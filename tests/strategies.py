@@ -1,23 +1,25 @@
-"""Hypothesis strategies for small, valid specs covering every option."""
+"""Hypothesis strategies for small, valid specs covering every option, and workloads to run them on."""
 
 from hypothesis import strategies as st
 
-from tfcalc import ModelSpec
+from tfcalc import ModelSpec, Workload
 
 
 @st.composite
 def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, max_seq: int = 12,
-          moe: bool | None = None) -> ModelSpec:
+          moe: bool | None = None, encoder_decoder: bool | None = None) -> ModelSpec:
     n_kv_heads = draw(st.integers(1, max_heads))
     n_heads = n_kv_heads * draw(st.integers(1, max(1, max_heads // n_kv_heads)))
     d_head = draw(st.integers(1, max_d_head))
     own_d_model = draw(st.booleans())
     d_model = draw(st.integers(2, 32)) if own_d_model else n_heads * d_head
-    positions = draw(st.sampled_from(["learned", "sinusoidal", "rotary", "none"]))
+    positions = draw(st.sampled_from(["learned", "sinusoidal", "rotary", "relative", "none"]))
     seq_len = draw(st.integers(1, max_seq))
     is_moe = draw(st.booleans()) if moe is None else moe
+    is_encdec = draw(st.booleans()) if encoder_decoder is None else encoder_decoder
+    n_layers = draw(st.integers(1, max_layers))
     fields = dict(
-        n_layers=draw(st.integers(1, max_layers)), d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
         d_head=d_head, d_ff=draw(st.integers(1, 40)), vocab_size=draw(st.integers(1, 64)), seq_len=seq_len,
         batch_size=draw(st.integers(1, 3)), mlp=draw(st.sampled_from(["standard", "gated"])),
         activation=draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"])),
@@ -25,17 +27,42 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         final_norm=draw(st.booleans()), bias=draw(st.booleans()), qkv_bias=draw(st.none() | st.booleans()),
         mlp_bias=draw(st.none() | st.booleans()),
         tie_embeddings=draw(st.booleans()), lm_head=draw(st.booleans()), positions=positions,
-        n_token_types=draw(st.integers(0, 3)), embedding_norm=draw(st.booleans()), pooler=draw(st.booleans()),
-        causal=draw(st.booleans()),
+        embedding_norm=draw(st.booleans()), causal=True,
     )
+    if is_encdec:
+        fields |= dict(n_encoder_layers=draw(st.integers(1, max_layers)), shared_embeddings=draw(st.booleans()))
+    else:
+        fields |= dict(n_token_types=draw(st.integers(0, 3)), pooler=draw(st.booleans()),
+                       causal=draw(st.booleans()))
     if fields["causal"] and draw(st.booleans()):
         fields["sliding_window"] = draw(st.integers(1, 2 * max_seq))
+        layout = draw(st.sampled_from(["all", "last", "pattern"]))
+        if layout == "last":
+            fields["sliding_window_layers"] = draw(st.integers(0, n_layers))
+        elif layout == "pattern":
+            fields["attention_pattern"] = draw(st.lists(st.sampled_from(["local", "global"]), min_size=1,
+                                                        max_size=4))
     if positions == "learned":
         fields["max_positions"] = seq_len + draw(st.integers(0, 4))
+    if positions == "relative":
+        fields["relative_attention_buckets"] = draw(st.integers(1, 8))
     if is_moe:
         n_experts = draw(st.integers(2, 6))
         n_shared = draw(st.integers(0, 2))
         fields |= dict(n_experts=n_experts, top_k=draw(st.integers(1, n_experts)), n_shared_experts=n_shared,
                        d_expert=draw(st.integers(1, 24)), d_shared_expert=draw(st.integers(1, 24)),
-                       shared_expert_gate=n_shared > 0 and draw(st.booleans()))
+                       shared_expert_gate=n_shared > 0 and draw(st.booleans()),
+                       first_dense_layers=draw(st.integers(0, n_layers)), moe_every=draw(st.integers(1, 3)))
     return ModelSpec(**fields)
+
+
+@st.composite
+def workloads(draw, spec: ModelSpec, max_len: int = 12) -> Workload:
+    """A train, prefill or decode workload that `spec` can run (learned positions bound the keys)."""
+    phase = draw(st.sampled_from(["train", "prefill", "decode"] if spec.causal else ["train"]))
+    limit = spec.max_positions if spec.positions == "learned" else max_len
+    seq_len = 1 if phase == "decode" else draw(st.integers(1, min(limit, max_len)))
+    context = 0 if phase == "train" else draw(st.integers(0, limit - seq_len))
+    src_len = draw(st.integers(1, min(limit, max_len))) if spec.is_encoder_decoder else None
+    return Workload(phase=phase, batch_size=draw(st.integers(1, 3)), seq_len=seq_len, context=context,
+                    src_len=src_len)

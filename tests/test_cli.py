@@ -47,7 +47,7 @@ def test_flags_override_the_preset_and_stay_exact():
     assert d["spec"]["seq_len"] == 512 and d["spec"]["batch_size"] == 8
     assert d["spec"]["name"] == "gpt2 (seq_len=512, batch_size=8)"
     huge = json.loads(run("count", "-L", "10000", "-d", "1024", "-H", "16", "-V", "1000000", "-N", "10000000",
-                          "--json").output)
+                          "--max-positions", "10000000", "--json").output)
     assert huge["flops"]["components"]["attention/scores"] == 10_000 * 16 * 2 * 10**7 * 64 * 10**7
 
 
@@ -55,7 +55,8 @@ def test_spec_from_flags_and_from_file(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text("n_layers = 2\nd_model = 64\nn_heads = 4\nvocab_size = 100\nseq_len = 8\n")
     a = json.loads(run("count", "--spec", str(path), "--json").output)
-    b = json.loads(run("count", "-L", "2", "-d", "64", "-H", "4", "-V", "100", "-N", "8", "--json").output)
+    b = json.loads(run("count", "-L", "2", "-d", "64", "-H", "4", "-V", "100", "-N", "8", "--max-positions", "8",
+                       "--json").output)
     assert a["params"] == b["params"] and a["flops"] == b["flops"]
 
 

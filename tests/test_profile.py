@@ -139,7 +139,8 @@ def test_default_allocator_flag_leaves_malloc_alone(monkeypatch):
         raise AssertionError("tune() called with --default-allocator")
 
     monkeypatch.setattr(allocator, "tune", fail)
-    args = ["profile", "-L", "1", "-d", "32", "-H", "4", "-V", "64", "-N", "8", "--warmup", "0", "--repeat", "1"]
+    args = ["profile", "-L", "1", "-d", "32", "-H", "4", "-V", "64", "-N", "8", "--max-positions", "8", "--warmup", "0",
+            "--repeat", "1"]
     r = runner.invoke(app, [*args, "--device", "cpu", "--default-allocator", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["cpu_allocator"] == allocator.state()
@@ -155,7 +156,8 @@ def test_datasheet_lookup_uses_dense_figures():
 
 
 def test_cli_json_and_sweep():
-    args = ["profile", "-L", "1", "-d", "32", "-H", "4", "-V", "64", "--warmup", "0", "--repeat", "2"]
+    args = ["profile", "-L", "1", "-d", "32", "-H", "4", "-V", "64", "--max-positions", "16", "--warmup", "0",
+            "--repeat", "2"]
     r = runner.invoke(app, [*args, "-N", "8", "--device", "cpu", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
@@ -183,7 +185,8 @@ def test_cli_json_and_sweep():
 )
 def test_bad_options_exit_2_with_one_line(extra, message):
     device = [] if "--device" in extra else ["--device", "cpu"]
-    r = runner.invoke(app, ["profile", "-L", "2", "-d", "32", "-H", "4", "-V", "64", "-N", "8", *device, *extra])
+    r = runner.invoke(app, ["profile", "-L", "2", "-d", "32", "-H", "4", "-V", "64", "-N", "8", "--max-positions", "8",
+                            *device, *extra])
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines

@@ -19,9 +19,9 @@ from typer.core import TyperGroup
 from . import __version__, render
 from .counts import CountResult, count
 from .errors import TfcalcError, validation_lines
-from .loading import read_spec_file
-from .presets import find_preset, list_presets
+from .presets import list_presets
 from .render import Format
+from .sources import model_arg, resolve, workload_for
 from .spec import ModelSpec
 
 EXIT_BAD_INPUT = 2
@@ -151,62 +151,6 @@ def spec_flags(func=None, *, exclude: tuple[str, ...] = ()):
     return wrapper
 
 
-def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
-    """The spec with the user's flags applied; a changed spec is labelled with what changed."""
-    changes = {k: v for k, v in overrides.items() if k == "name" or getattr(spec, k) != v}
-    if not changes:
-        return spec
-    if "name" not in changes and spec.name:
-        changes["name"] = f"{spec.name} ({', '.join(f'{k}={v}' for k, v in changes.items())})"
-    return spec.replace(**changes)
-
-
-def resolve(model: Optional[str], spec_file: Optional[Path], overrides: dict[str, Any],
-            hf_config: Optional[Path] = None) -> tuple[ModelSpec, str]:
-    """(spec, source) from a preset name, a spec file or a Hugging Face config, with overrides; or from the
-    flags alone."""
-    given = [f"{flag} {value}" for flag, value in (("--preset", model), ("--spec", spec_file),
-                                                    ("--hf-config", hf_config)) if value is not None]
-    if len(given) > 1:
-        raise TfcalcError(f"give one of --preset, --spec or --hf-config, not several (got {', '.join(given)})")
-    if model is not None:
-        base = find_preset(model)
-    elif spec_file is not None:
-        base = read_spec_file(spec_file)
-    elif hf_config is not None:
-        from .hf import read_hf_config
-
-        base = read_hf_config(hf_config)
-    else:
-        try:
-            return ModelSpec.model_validate(overrides), "flags"
-        except ValidationError as e:
-            missing = [err["loc"][0] for err in e.errors() if err["type"] == "missing"]
-            hint = ["give --preset NAME, --spec FILE, --hf-config PATH, or at least " + ", ".join(
-                f"--{m.replace('_', '-')}" for m in missing)] if missing else []
-            raise TfcalcError("\n".join(validation_lines(e) + hint)) from None
-    return apply_overrides(base.spec, overrides), base.source
-
-
-def _model_arg(name: str) -> tuple[Optional[str], Optional[Path], Optional[Path]]:
-    """A model on the command line: (preset, spec file, Hugging Face config). A folder, or a JSON file with a
-    model_type, is a Hugging Face config; another .toml or .json file is a spec file; anything else a preset."""
-    path = Path(name)
-    if path.is_dir():
-        return None, None, path
-    if name.lower().endswith(".json") and path.is_file():
-        import json
-
-        try:
-            is_hf = "model_type" in json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError, TypeError):
-            is_hf = False  # read_spec_file reports what is wrong with it
-        return (None, None, path) if is_hf else (None, path, None)
-    if name.lower().endswith((".toml", ".json")) or path.is_file():
-        return None, path, None
-    return name, None, None
-
-
 # ---- output ---------------------------------------------------------------------------------------
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
@@ -216,6 +160,26 @@ SpecOpt = Annotated[Optional[Path], typer.Option("--spec", "-s", help="A spec fi
 HfOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A Hugging Face config.json, or a folder "
                                                                    "holding one.")]
 
+
+class Phase(str, enum.Enum):
+    train = "train"
+    prefill = "prefill"
+    decode = "decode"
+
+
+_WORKLOAD = "Workload (what the model runs on; parameters never depend on it)"
+PhaseOpt = Annotated[Optional[Phase], typer.Option("--phase", rich_help_panel=_WORKLOAD, show_default=False, help=(
+    "train (default: every token, the head over all of them), prefill (the prompt into the KV cache; the head "
+    "scores the last token), decode (one new token per sequence against --context cached ones)."))]
+ContextOpt = Annotated[Optional[int], typer.Option("--context", parser=_integer, metavar="INT",
+                                                   rich_help_panel=_WORKLOAD, help=(
+    "Tokens per sequence already in the KV cache (decode default: seq_len - 1; prefill: 0)."))]
+SrcLenOpt = Annotated[Optional[int], typer.Option("--src-len", parser=_integer, metavar="INT",
+                                                  rich_help_panel=_WORKLOAD, help=(
+    "Encoder tokens per sequence (encoder-decoder; default seq_len)."))]
+TgtLenOpt = Annotated[Optional[int], typer.Option("--tgt-len", parser=_integer, metavar="INT",
+                                                  rich_help_panel=_WORKLOAD, help=(
+    "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)."))]
 
 _PIPED_WIDTH = 120
 
@@ -242,10 +206,12 @@ def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()
 @app.command("count")
 @spec_flags
 def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
-              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Exact parameters and FLOPs of one model, by component."""
+              phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
+              tgt_len: TgtLenOpt = None, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Exact parameters and FLOPs of one model on one workload, by component."""
     model_spec, source = resolve(preset, spec, overrides, hf_config)
-    result = count(model_spec)
+    workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len, overrides.get("seq_len"))
+    result = count(model_spec, workload)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(result.to_dict()))
@@ -253,7 +219,7 @@ def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
     else:
         header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
-                  render.crossover_line(result)]
+                  f"workload: {render.describe_workload(result.workload)}", render.crossover_line(result)]
         _print_tables(render.count_tables(result), fmt, header)
 
 
@@ -263,19 +229,26 @@ def compare_cmd(
     overrides: dict,
     models: Annotated[list[str], typer.Argument(help="Preset names, spec files (.toml/.json) or Hugging Face "
                                                      "configs (config.json or its folder).")],
+    phase: PhaseOpt = None,
+    context: ContextOpt = None,
+    src_len: SrcLenOpt = None,
+    tgt_len: TgtLenOpt = None,
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
-    """Several models side by side: a column per model, a row per figure. Spec flags apply to every model."""
-    overrides = {k: v for k, v in overrides.items() if k != "name"}
+    """Several models side by side: a column per model, a row per figure. Spec and workload flags apply to every
+    model."""
     results: list[CountResult] = []
     for model in models:
         try:
-            preset, spec_file, hf_config = _model_arg(model)
+            preset, spec_file, hf_config = model_arg(model)
             spec, _ = resolve(preset, spec_file, overrides, hf_config)
+            workload = workload_for(spec, phase and phase.value, context, src_len, tgt_len, overrides.get("seq_len"))
+            results.append(count(spec, workload))
         except ValidationError as e:  # an override that does not fit this model: say which model
             raise TfcalcError("\n".join(f"{model}: {line}" for line in validation_lines(e))) from None
-        results.append(count(spec))
+        except TfcalcError as e:
+            raise TfcalcError("\n".join(f"{model}: {line}" for line in str(e).splitlines())) from None
     labels = [r.spec.label for r in results]
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
@@ -294,15 +267,18 @@ TrainOpt = Annotated[bool, typer.Option("--train", help="Also count forward + ba
 @app.command("check")
 @spec_flags
 def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
-              device: DeviceOpt = "meta", train: TrainOpt = False, fmt: FormatOpt = Format.table,
-              as_json: JsonOpt = False) -> None:
-    """Hold the analytic counts against torch's FlopCounterMode and fvcore on the real PyTorch model.
+              phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
+              tgt_len: TgtLenOpt = None, device: DeviceOpt = "meta", train: TrainOpt = False,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Hold the analytic counts against torch's FlopCounterMode and fvcore on the real PyTorch model, built for
+    the workload (a KV cache in prefill and decode).
 
     Exit code 0 when every row matches, 1 on a mismatch, 2 on bad input."""
     from .verify import check
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
-    report = check(model_spec, device=device, train=train)
+    workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len, overrides.get("seq_len"))
+    report = check(model_spec, device=device, train=train, workload=workload)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(report.to_dict()))

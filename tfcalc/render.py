@@ -68,7 +68,9 @@ class Table:
 
 
 def describe(spec: ModelSpec) -> str:
-    parts = [f"L={spec.n_layers}", f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
+    layers = [f"L={spec.n_encoder_layers}+{spec.n_layers} (encoder+decoder)"] if spec.is_encoder_decoder else [
+        f"L={spec.n_layers}"]
+    parts = [*layers, f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
     if spec.n_kv_heads != spec.n_heads:
         parts.append(f"kv_heads={spec.n_kv_heads}")
     parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}", f"N={spec.seq_len}", f"B={spec.batch_size}"]
@@ -76,9 +78,31 @@ def describe(spec: ModelSpec) -> str:
         parts.append(f"experts={spec.n_experts} top_k={spec.top_k}")
         if spec.n_shared_experts:
             parts.append(f"shared={spec.n_shared_experts}")
+        if spec.first_dense_layers:
+            parts.append(f"first {spec.first_dense_layers} dense")
+        if spec.moe_every != 1:
+            parts.append(f"MoE every {spec.moe_every}")
+    if spec.sliding_window is not None:
+        where = ("/".join(spec.attention_pattern) if spec.attention_pattern is not None
+                 else f"last {spec.sliding_window_layers}" if spec.sliding_window_layers is not None else "all")
+        parts.append(f"window={spec.sliding_window} ({where})")
+    kind = ("encoder-decoder with cross-attention" if spec.is_encoder_decoder
+            else "causal" if spec.causal else "bidirectional")
     parts.append(f"{spec.mlp} MLP ({spec.activation}), {spec.norm} {spec.norm_position}-norm, "
-                 f"{spec.positions} positions, {'causal' if spec.causal else 'bidirectional'}")
+                 f"{spec.positions} positions, {kind}")
     return " ".join(parts[:-1]) + "; " + parts[-1]
+
+
+def describe_workload(w) -> str:
+    """'train: B=1 N=1024 tokens' / 'decode: B=1, 1 new token against 8,192 cached (8,193 keys)'."""
+    src = f", encoder {w.src_len:,} tokens" if w.src_len is not None and w.phase != "decode" else (
+        f", encoder output of {w.src_len:,} cached" if w.src_len is not None else "")
+    new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
+    if w.context:
+        new += f" against {w.context:,} cached ({w.keys:,} keys)"
+    scored = {"train": "head over every token", "prefill": "head over the last token",
+              "decode": "head over the new token"}[w.phase]
+    return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 
 def summary_table(result: CountResult) -> Table:
@@ -95,21 +119,21 @@ def summary_table(result: CountResult) -> Table:
         ["", "forward, causal attention", exact(f.forward_causal), sci(f.forward_causal)],
         ["MACs", "forward", exact(m.forward), sci(m.forward)],
     ]
+    if result.workload.phase != "train":  # no backward pass in inference (--json keeps every figure)
+        rows = [row for row in rows if row[1] not in ("backward (2x)", "train step (3x)")]
     if f.forward_windowed is not None:
-        rows.insert(9, ["", f"forward, window {result.spec.sliding_window:,}", exact(f.forward_windowed),
-                        sci(f.forward_windowed)])
-    spec = result.spec
-    caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward: matmuls over "
-               f"{spec.batch_size} x {spec.seq_len} tokens, attention over the full N x N; the causal figure "
-               f"counts the lower triangle only.")
+        rows.insert(len(rows) - 1, ["", "forward, sliding windows", exact(f.forward_windowed),
+                                    sci(f.forward_windowed)])
+    w = result.workload
+    caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward ({w.phase}): matmuls "
+               f"over {w.batch_size} x {w.seq_len} new tokens, attention over every (query, key) pair "
+               f"({w.seq_len:,} x {w.keys:,} per head); the causal figure counts the pairs the mask keeps.")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3})
 
 
 def component_table(result: CountResult) -> Table:
     params, fwd, macs = result.params.components, result.flops.components, result.macs.components
-    names = list(params) + [k for k in fwd if k not in params]
-    order = {name: i for i, name in enumerate(_COMPONENT_ORDER)}
-    names.sort(key=lambda k: order.get(k, len(order)))
+    names = result.components()  # in model order, from the inventory
     total_p, total_f = params.total, fwd.total
     biggest = max(fwd.values())
     rows = []
@@ -123,15 +147,6 @@ def component_table(result: CountResult) -> Table:
         caption += " The head is tied to the token embedding: its weights are counted there, its FLOPs here."
     return Table("Components", ["component", "params", "% params", "forward FLOPs", "forward MACs", "% FLOPs",
                                 "FLOPs share"], rows, caption, right={1, 2, 3, 4, 5})
-
-
-_COMPONENT_ORDER = [
-    "embedding/token", "embedding/position", "embedding/token_type", "embedding/norm",
-    "attention/norm", "attention/qkv", "attention/scores", "attention/values", "attention/out",
-    "mlp/norm", "mlp/up", "mlp/gate", "mlp/down",
-    "moe/router", "moe/experts", "moe/shared_experts", "moe/shared_gate",
-    "final_norm", "pooler", "head",
-]
 
 
 def estimates_table(result: CountResult) -> Table:
@@ -150,9 +165,11 @@ def non_matmul_table(result: CountResult) -> Table:
 
 
 def crossover_line(result: CountResult) -> str:
-    c, N = result.crossover, result.spec.seq_len
+    c, w = result.crossover, result.workload
+    new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
+    at = f"N = {w.seq_len:,}" if not w.context else f"{new} against {w.keys:,} keys"
     return (f"Attention (projections + scores + values) overtakes the MLP at N >= {c.seq_len:,}. "
-            f"At N = {N:,}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
+            f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
             f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}.")
 
 
@@ -162,13 +179,16 @@ def count_tables(result: CountResult) -> list[Table]:
 
 COMPARE_ROWS: list[tuple[str, str, Any]] = [
     ("n_layers", "layers", lambda r: r.spec.n_layers),
+    ("n_encoder_layers", "encoder layers", lambda r: r.spec.n_encoder_layers),
     ("d_model", "d_model", lambda r: r.spec.d_model),
     ("n_heads", "heads", lambda r: r.spec.n_heads),
     ("n_kv_heads", "kv heads", lambda r: r.spec.n_kv_heads),
     ("d_ff", "d_ff", lambda r: r.spec.d_ff),
     ("vocab_size", "vocab", lambda r: r.spec.vocab_size),
-    ("seq_len", "seq_len", lambda r: r.spec.seq_len),
-    ("batch_size", "batch", lambda r: r.spec.batch_size),
+    ("phase", "phase", lambda r: r.workload.phase),
+    ("seq_len", "seq_len (new tokens)", lambda r: r.workload.seq_len),
+    ("context", "context (cached)", lambda r: r.workload.context),
+    ("batch_size", "batch", lambda r: r.workload.batch_size),
     ("n_experts", "experts", lambda r: r.spec.n_experts),
     ("top_k", "top-k", lambda r: r.spec.top_k),
     ("params.total", "params total", lambda r: r.params.total),
@@ -198,7 +218,7 @@ def compare_table(results: list[CountResult], labels: list[str], readable: bool)
         elif key == "attention_share":
             rows.append([title, *map(pct, values)])
         else:
-            rows.append([title, *(f"{v:,}" for v in values)])
+            rows.append([title, *(v if isinstance(v, str) else f"{v:,}" for v in values)])
     caption = "FLOPs = 2 per multiply-add, matmuls only, full N x N attention; exact integers: --format json or csv"
     return Table("Comparison", ["figure", *labels], rows, caption, right=set(range(1, len(labels) + 1)))
 

@@ -1,0 +1,112 @@
+"""Where a model comes from (a preset, a spec file, a Hugging Face config, flags alone) and how the user's flags
+are laid on top of it: library code, so that the CLI only parses and prints.
+
+Every flag the user typed is kept as typed: an override is applied even when it equals the value the spec had
+derived (`-p gpt2 -d 1024 -H 16 --d-ff 3072` keeps d_ff 3072 instead of re-deriving 4 x 1024).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .arch import Workload, default_workload
+from .errors import TfcalcError, validation_lines
+from .loading import read_spec_file
+from .presets import find_preset
+from .spec import ModelSpec
+
+
+def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
+    """The spec with the user's flags applied, every one of them; a changed spec is labelled with what changed."""
+    changed = {k: v for k, v in overrides.items() if k != "name" and getattr(spec, k) != v}
+    kept = {k: v for k, v in overrides.items() if k in changed or k == "name" or k not in spec.model_fields_set}
+    if not kept:
+        return spec
+    if "name" not in kept and spec.name and changed:
+        kept["name"] = f"{spec.name} ({', '.join(f'{k}={v}' for k, v in changed.items())})"
+    return spec.replace(**kept)
+
+
+def resolve(model: str | None, spec_file: Path | None, overrides: dict[str, Any],
+            hf_config: Path | None = None) -> tuple[ModelSpec, str]:
+    """(spec, source) from a preset name, a spec file or a Hugging Face config, with overrides; or from the
+    flags alone."""
+    given = [f"{flag} {value}" for flag, value in (("--preset", model), ("--spec", spec_file),
+                                                    ("--hf-config", hf_config)) if value is not None]
+    if len(given) > 1:
+        raise TfcalcError(f"give one of --preset, --spec or --hf-config, not several (got {', '.join(given)})")
+    if model is not None:
+        base = find_preset(model)
+    elif spec_file is not None:
+        base = read_spec_file(spec_file)
+    elif hf_config is not None:
+        from .hf import read_hf_config
+
+        base = read_hf_config(hf_config)
+    else:
+        return _from_flags(overrides), "flags"
+    return apply_overrides(base.spec, overrides), base.source
+
+
+def _from_flags(overrides: dict[str, Any]) -> ModelSpec:
+    lines = []
+    if overrides.get("positions", "learned") == "learned" and "max_positions" not in overrides:
+        # from flags alone, --seq-len is the workload: it must not size the model's position table
+        lines.append("max_positions is required with learned positions (the default): give --max-positions (the "
+                     "table's rows, part of the model; --seq-len is the workload) or --positions "
+                     "rotary|sinusoidal|relative|none")
+    try:
+        spec = ModelSpec.model_validate(overrides)
+    except ValidationError as e:
+        missing = [err["loc"][0] for err in e.errors() if err["type"] == "missing"]
+        hint = ["give --preset NAME, --spec FILE, --hf-config PATH, or at least " + ", ".join(
+            f"--{m.replace('_', '-')}" for m in missing)] if missing else []
+        raise TfcalcError("\n".join(validation_lines(e) + lines + hint)) from None
+    if lines:
+        raise TfcalcError("\n".join(lines))
+    return spec
+
+
+def model_arg(name: str) -> tuple[str | None, Path | None, Path | None]:
+    """A model on the command line: (preset, spec file, Hugging Face config). A folder, or a JSON file with a
+    model_type, is a Hugging Face config; another .toml or .json file is a spec file; anything else a preset."""
+    path = Path(name)
+    if path.is_dir():
+        return None, None, path
+    if name.lower().endswith(".json") and path.is_file():
+        try:
+            is_hf = "model_type" in json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError, TypeError):
+            is_hf = False  # read_spec_file reports what is wrong with it
+        return (None, None, path) if is_hf else (None, path, None)
+    if name.lower().endswith((".toml", ".json")) or path.is_file():
+        return None, path, None
+    return name, None, None
+
+
+def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None = None,
+                 src_len: int | None = None, tgt_len: int | None = None, seq_len: int | None = None) -> Workload:
+    """The workload the user asked for, on top of the spec's own (batch_size sequences of seq_len tokens).
+
+    `seq_len`: the --seq-len the user typed (already the spec's); `tgt_len` is the same for a decoder. In
+    decode, each sequence processes one new token, and the cache holds `context` tokens (default: seq_len - 1,
+    the last token of a seq_len-long sequence)."""
+    if tgt_len is not None and seq_len is not None and tgt_len != seq_len:
+        raise TfcalcError(f"tgt_len={tgt_len} and seq_len={seq_len}: the decoder's tokens are given twice; give one")
+    base = default_workload(spec)
+    phase = phase or "train"
+    fields: dict[str, Any] = {"phase": phase, "batch_size": base.batch_size, "src_len": base.src_len}
+    new = tgt_len if tgt_len is not None else seq_len
+    if phase == "decode":
+        fields["seq_len"] = 1 if new is None else new
+        fields["context"] = spec.seq_len - 1 if context is None else context
+    else:
+        fields["seq_len"] = spec.seq_len if new is None else new
+        fields["context"] = context or 0
+    if src_len is not None:
+        fields["src_len"] = src_len
+    return Workload.model_validate(fields)
