@@ -303,8 +303,8 @@ def check_tables(report) -> list[Table]:
     totals = [report.total(report.forward, a) for a in ("analytic", "flop_counter", "fvcore_macs")]
     forward.rows.append(["total", exact(totals[0]), exact(totals[1]), exact(2 * totals[2]),
                          _mark(all(r.match for r in report.forward)), _difference(totals[0], totals[1], 2 * totals[2])])
-    forward.caption = ("FLOPs = 2 per multiply-add; fvcore counts multiply-adds, shown doubled. attention/core = "
-                       "scores + value mixing (one SDPA call), full N x N.")
+    forward.caption = ("FLOPs = 2 per multiply-add; fvcore counts multiply-adds, shown doubled. .../core = "
+                       "scores + value mixing (one SDPA call), over every (query, key) pair.")
     params = Table("Parameters: analytic | sum(p.numel()) | fvcore parameter_count",
                    ["component", "analytic", "model", "fvcore", "", "difference"], right={1, 2, 3, 5})
     for r in report.params:
@@ -325,7 +325,8 @@ def check_tables(report) -> list[Table]:
 
 def check_lines(report) -> list[str]:
     spec = report.spec
-    lines = [f"{spec.label}: {describe(spec)}", f"device: {report.device}"]
+    lines = [f"{spec.label}: {describe(spec)}", f"workload: {describe_workload(report.workload)}",
+             f"device: {report.device}"]
     if report.routing:
         lines.append(f"MoE routing: {report.routing}")
     lines += [f"note: {note}" for note in report.notes]
