@@ -219,7 +219,8 @@ def compare_table(results: list[CountResult], labels: list[str], readable: bool)
             rows.append([title, *map(pct, values)])
         else:
             rows.append([title, *(v if isinstance(v, str) else f"{v:,}" for v in values)])
-    caption = "FLOPs = 2 per multiply-add, matmuls only, full N x N attention; exact integers: --format json or csv"
+    caption = ("FLOPs = 2 per multiply-add, matmuls only, attention over every (query, key) pair; exact integers: "
+               "--format json or csv")
     return Table("Comparison", ["figure", *labels], rows, caption, right=set(range(1, len(labels) + 1)))
 
 
