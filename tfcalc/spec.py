@@ -19,9 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Size = Annotated[int, Field(gt=0)]
 Count = Annotated[int, Field(ge=0)]
 
-# Fields whose default is derived from other fields; None in the input means "derive it".
-DERIVED = ("d_head", "n_kv_heads", "d_ff", "d_expert", "d_shared_expert")
-
 
 class ModelSpec(BaseModel):
     """A decoder-only, encoder-only or encoder-decoder transformer, by its sizes and architectural choices.

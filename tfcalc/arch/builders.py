@@ -139,16 +139,18 @@ def cross_attention(ctx: Ctx) -> list[Op]:
     ]
 
 
-def _mlp_matrices(ctx: Ctx, component: str, rows: int, width: int, weights: int = 1,
-                  active: int | None = None) -> list[Op]:
-    """up [and gate] D -> width, down width -> D, over `rows` token rows, and the activation on the hidden."""
+def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: int = 1,
+         active: int | None = None) -> list[Op]:
+    """up [and gate] D -> width, the activation, down width -> D, over `rows` token rows; `names` are the
+    components of (up, gate, down). Shared by the dense MLP and the experts."""
     spec, D, bias = ctx.spec, ctx.spec.d_model, ctx.spec.has_mlp_bias
     gated = spec.mlp == "gated"
-    ops: list[Op] = [Matmul(ctx.name(f"{component}"), rows, D, width, weights, bias, active)]  # x @ W_up: [D, F]
+    up, gate, down = (ctx.name(name) for name in names)
+    ops: list[Op] = [Matmul(up, rows, D, width, weights, bias, active)]  # x: [rows, D] @ W_up: [D, F]
     if gated:
-        ops.append(Matmul(ctx.name(f"{component}"), rows, D, width, weights, bias, active))  # x @ W_gate: [D, F]
-    ops.append(Matmul(ctx.name(f"{component}"), rows, width, D, weights, bias, active))  # h @ W_down: [F, D]
-    ops.append(Elementwise(ctx.name(component), "activation", rows * width,
+        ops.append(Matmul(gate, rows, D, width, weights, bias, active))  # x: [rows, D] @ W_gate: [D, F]
+    ops.append(Matmul(down, rows, width, D, weights, bias, active))  # h: [rows, F] @ W_down: [F, D]
+    ops.append(Elementwise(up, "activation", rows * width,
                            ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0)))
     return ops
 
@@ -156,17 +158,9 @@ def _mlp_matrices(ctx: Ctx, component: str, rows: int, width: int, weights: int 
 @builder("mlp")
 def mlp(ctx: Ctx) -> list[Op]:
     """A dense MLP: norm, up [and gate], activation, down, residual."""
-    spec, t, D, F = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.d_ff
-    bias = spec.has_mlp_bias
-    ops: list[Op] = [_norm(ctx, "mlp/norm", t),
-                     Matmul(ctx.name("mlp/up"), t, D, F, bias=bias)]  # x: [T, D] @ W_up: [D, F]
-    if spec.mlp == "gated":
-        ops.append(Matmul(ctx.name("mlp/gate"), t, D, F, bias=bias))  # x: [T, D] @ W_gate: [D, F]
-    ops += [Matmul(ctx.name("mlp/down"), t, F, D, bias=bias),  # h: [T, F] @ W_down: [F, D]
-            Elementwise(ctx.name("mlp/activation"), "activation", t * F,
-                        ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if spec.mlp == "gated" else 0)),
-            Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD)]
-    return ops
+    t = ctx.t
+    return [_norm(ctx, "mlp/norm", t), *_ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), t, ctx.spec.d_ff),
+            Elementwise(ctx.name("residual"), "residual", t * ctx.spec.d_model, RESIDUAL_ADD)]
 
 
 @builder("moe")
@@ -180,10 +174,10 @@ def moe(ctx: Ctx) -> list[Op]:
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
     # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
-    ops += _mlp_matrices(ctx, "moe/experts", t * k, spec.d_expert, weights=E, active=k)
+    ops += _ffn(ctx, ("moe/experts",) * 3, t * k, spec.d_expert, weights=E, active=k)
     if spec.n_shared_experts:
         n = spec.n_shared_experts  # every token through each: [T*n, D] @ [D, F_s], ...
-        ops += _mlp_matrices(ctx, "moe/shared_experts", t * n, spec.d_shared_expert, weights=n)
+        ops += _ffn(ctx, ("moe/shared_experts",) * 3, t * n, spec.d_shared_expert, weights=n)
     if spec.shared_expert_gate:
         ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1))  # x: [T, D] @ W_gate: [D, 1]
     ops.append(Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD))
@@ -197,7 +191,7 @@ def final_norm(ctx: Ctx) -> list[Op]:
 
 @builder("head")
 def head(ctx: Ctx) -> list[Op]:
-    """Once for the model: a shared token table, the pooler, the vocabulary projection."""
+    """Once for the model, after the last stack: the pooler and the vocabulary projection."""
     spec, D, b = ctx.spec, ctx.spec.d_model, ctx.b
     ops: list[Op] = []
     if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, D]

@@ -149,18 +149,15 @@ SIDE_MATMULS = ("moe/router", "moe/shared_gate", "pooler")
 
 def component_shapes(spec: ModelSpec) -> dict[str, list[tuple[Shape, Fraction]]]:
     """For each weight-matmul component, the (m, k, n) it runs as and the share of its FLOPs at that shape, read
-    off the op inventory. Routed experts run an even share of their rows each (m / E)."""
+    off the op inventory (a tied head included: its GEMM runs, its weight is the token table's). Routed experts
+    run an even share of their rows each (m / E)."""
     flops: dict[str, dict[Shape, int]] = {}
     for op, repeat in build(spec):
-        if not isinstance(op, Matmul) or not op.weights or not op.m or op.component.endswith(SIDE_MATMULS):
+        if not isinstance(op, Matmul) or not op.m or op.component.endswith(SIDE_MATMULS):
             continue
         rows = max(1, op.m // op.weights) if op.weights > 1 else op.m
         by_shape = flops.setdefault(op.component, {})
         by_shape[(rows, op.k, op.n)] = by_shape.get((rows, op.k, op.n), 0) + repeat * op.m * op.k * op.n
-    # the head's weight may be tied (weights=0): it is still a GEMM the model runs
-    for op, _ in build(spec):
-        if isinstance(op, Matmul) and op.component == "head" and not op.weights:
-            flops["head"] = {(op.m, op.k, op.n): 1}
     return {name: [(shape, Fraction(f, sum(by_shape.values()))) for shape, f in by_shape.items()]
             for name, by_shape in flops.items()}
 
