@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from . import __version__, render
 from .counts import CountResult, count
 from .errors import TfcalcError, validation_lines
+from .interrupts import EXIT_INTERRUPTED, import_torch
 from .presets import list_presets
 from .render import Format
 from .sources import model_arg, resolve, workload_for
@@ -41,12 +42,17 @@ class _Group(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except typer.Abort:
-            _fail(["aborted"], 1)
+        except typer.Abort:  # click's Ctrl-C (typer's is below)
+            _fail(["interrupted"], EXIT_INTERRUPTED)
         except _CliError as e:  # click's usage errors: bad flag, bad value, missing argument
-            _fail([e.format_message().replace("Value error, ", "")], getattr(e, "exit_code", EXIT_BAD_INPUT))
+            # a bare `tfcalc` raises one with an empty message, after printing the help
+            message = e.format_message().replace("Value error, ", "") or (
+                "give a command: count, compare, check, profile or presets (tfcalc --help)")
+            _fail(message.splitlines(), getattr(e, "exit_code", EXIT_BAD_INPUT))
         except (TfcalcError, ValidationError) as e:
             _fail(validation_lines(e) if isinstance(e, ValidationError) else str(e).splitlines(), EXIT_BAD_INPUT)
+        if rv == EXIT_INTERRUPTED:  # typer turns Ctrl-C in a command into a silent Exit(130)
+            _fail(["interrupted"], EXIT_INTERRUPTED)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -274,6 +280,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     the workload (a KV cache in prefill and decode).
 
     Exit code 0 when every row matches, 1 on a mismatch, 2 on bad input."""
+    import_torch()
     from .verify import check
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
@@ -335,7 +342,10 @@ def profile_cmd(
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
-    """Time the real model on the local GPU (or CPU): achieved FLOP/s, MFU, predicted against measured time."""
+    """Time the real model on the local GPU (or CPU): achieved FLOP/s, MFU, predicted against measured time.
+
+    Ctrl-C while timing shows the rounds completed, then exits with 130."""
+    import_torch()
     from .profile.runner import resolve_device
 
     lens = _seq_lens(seq_len) if seq_len is not None else [None]

@@ -79,6 +79,10 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
 def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
     """The op inventory of `spec` on `workload` (default: the spec's own train step). Pure integers, no torch;
     the work grows with the number of distinct layers, not with n_layers."""
+    if not isinstance(spec, ModelSpec):
+        raise TfcalcError(f"spec: expected a tfcalc.ModelSpec, got {type(spec).__name__}")
+    if workload is not None and not isinstance(workload, Workload):
+        raise TfcalcError(f"workload: expected a tfcalc.Workload or None, got {type(workload).__name__}")
     workload = workload or default_workload(spec)
     if spec.is_encoder_decoder and workload.src_len is None:
         workload = workload.model_copy(update={"src_len": workload.seq_len})

@@ -11,6 +11,12 @@ from ..counts import count
 from ..spec import ModelSpec
 
 OVERHEAD = 1.2  # allocator slack, workspaces, temporaries we do not model
+# On the CPU with the tuned allocator (profile.allocator: freed blocks stay in glibc's heap), a step's peak RSS is
+# higher than what it holds at once: a freed block is not returned, and a larger request cannot reuse a smaller
+# hole. Measured (docs/profiling.md): mixtral-8x7b 1 block, N = 128, B = 2, bf16 train peaked at 9.1 GB with the
+# tuned heap against 6.8 GB with glibc's defaults, 1.10x the estimate below (with its own 1.2 slack); 11 other
+# runs stayed at 0.5-0.98x. 1.5 covers that with a margin.
+TUNED_HEAP = 1.5
 
 
 def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = False) -> int:
@@ -29,7 +35,18 @@ def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = 
         return int(OVERHEAD * (weights + live * dtype_bytes + extra))
     per_block = T * (4 * D + qkv + 2 * spec.d_attn + 2 * F + width)  # saved for backward
     activations = spec.n_layers * per_block + 3 * logits
-    return int(OVERHEAD * (2 * weights + activations * dtype_bytes + extra))
+    # the loss is summed in fp32: a low-precision step also holds an fp32 copy of the logits
+    loss = logits * 4 if dtype_bytes != 4 else 0
+    # a tied table gets two gradients, the head's and the lookup's, summed into one: one more [V, D] for a moment
+    tied = spec.vocab_size * D * dtype_bytes if spec.lm_head and spec.tie_embeddings else 0
+    return int(OVERHEAD * (2 * weights + activations * dtype_bytes + loss + tied + extra))
+
+
+def step_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, gemm_bytes: int = 0, tuned_heap: bool = False) -> int:
+    """What a profile step is held to against the budget: the estimate, the peak GEMMs' buffers beside it, and on
+    the CPU with the tuned allocator the heap's retention (TUNED_HEAP)."""
+    need = estimate_bytes(spec, dtype_bytes, mode) + gemm_bytes
+    return int(need * TUNED_HEAP) if tuned_heap else need
 
 
 def mlp_width(spec: ModelSpec) -> int:
@@ -56,13 +73,14 @@ def available_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def layers_that_fit(spec: ModelSpec, dtype_bytes: int, mode: str, budget: int) -> int:
+def layers_that_fit(spec: ModelSpec, dtype_bytes: int, mode: str, budget: int, gemm_bytes: int = 0,
+                    tuned_heap: bool = False) -> int:
     """The most blocks of `spec` whose step fits in `budget` (0 if not even one does)."""
     fits = 0
     lo, hi = 1, spec.n_layers
     while lo <= hi:
         mid = (lo + hi) // 2
-        if estimate_bytes(spec.replace(n_layers=mid), dtype_bytes, mode) <= budget:
+        if step_bytes(spec.replace(n_layers=mid), dtype_bytes, mode, gemm_bytes, tuned_heap) <= budget:
             fits, lo = mid, mid + 1
         else:
             hi = mid - 1

@@ -16,7 +16,7 @@ from ..errors import TfcalcError
 from ..reference import build_model, example_inputs
 from ..spec import ModelSpec
 from . import allocator
-from .memory import available_bytes, estimate_bytes, layers_that_fit
+from .memory import available_bytes, layers_that_fit, step_bytes
 from .peak import Datasheet, GemmBench, GemmPeak, Shape, datasheet_for, gemm_bytes, math_mode
 from .timing import time_interleaved
 
@@ -196,6 +196,8 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
         raise TfcalcError(f"mode={mode!r}: expected forward or train")
     if warmup < 0 or repeat < 1:
         raise TfcalcError(f"warmup={warmup}, repeat={repeat}: need warmup >= 0 and repeat >= 1")
+    if memory_budget is not None and memory_budget < 1:
+        raise TfcalcError(f"memory_budget={memory_budget}: expected a positive number of bytes")
     if layers is not None and not 2 <= layers <= spec.n_layers:
         raise TfcalcError(f"layers={layers}: needs 2 <= layers <= n_layers={spec.n_layers} (blocks 1 and K are "
                           "timed to separate per-block time from embedding and head)")
@@ -205,9 +207,10 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
     profiled = spec if layers is None else spec.replace(n_layers=layers)
     shapes = matmul_shapes(spec)
     gemm_need = gemm_bytes(shapes, size)  # the peak's GEMMs run beside the model
-    need = estimate_bytes(profiled, size, mode) + gemm_need
+    tuned_heap = dev.type == "cpu" and tune_allocator
+    need = step_bytes(profiled, size, mode, gemm_need, tuned_heap)
     if need > budget:
-        fit = layers_that_fit(spec, size, mode, budget - gemm_need)
+        fit = layers_that_fit(spec, size, mode, budget, gemm_need, tuned_heap)
         hint = (f"try --layers {fit} (profile {fit} blocks and extrapolate)" if fit >= 2
                 else "try a smaller --seq-len or --batch-size")
         raise TfcalcError(f"{spec.label} needs about {need / 2**30:.2f} GiB for a {mode} step in {dtype} and "
@@ -245,7 +248,7 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
     except torch.cuda.OutOfMemoryError:
         # the estimate said it would fit (fragmentation, other processes, workspaces): say so, no traceback
         torch.cuda.empty_cache()
-        fit = layers_that_fit(spec, size, mode, budget // 2 - gemm_need)
+        fit = layers_that_fit(spec, size, mode, budget // 2, gemm_need, tuned_heap)
         hint = f"try --layers {fit}" if fit >= 2 else "try a smaller --seq-len or --batch-size"
         raise TfcalcError(f"{spec.label}: CUDA ran out of memory in a {mode} step although the estimate "
                           f"({need / 2**30:.2f} GiB) fitted in {budget / 2**30:.2f} GiB; {hint}") from None

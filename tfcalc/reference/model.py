@@ -364,10 +364,16 @@ class Transformer(nn.Module):
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
                 explicit_attention: bool = False, workload: Workload | None = None) -> Transformer:
-    """The reference model, its parameters created directly on `device` (on meta, nothing is allocated)."""
-    with torch.device(device):
-        model = Transformer(spec, workload, explicit_attention)
-    return model.to(dtype)
+    """The reference model, its parameters created directly on `device` and in `dtype` (on meta, nothing is
+    allocated). Built in fp32 and then cast, a bf16 model would briefly hold both copies: 1.5x its weights."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Transformer(spec, workload, explicit_attention)
+    finally:
+        torch.set_default_dtype(previous)
+    return model
 
 
 def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",

@@ -148,9 +148,11 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
 
 
 def _import_torch():
+    from ..interrupts import import_torch
+
     try:
+        torch = import_torch()
         import fvcore  # noqa: F401
-        import torch
     except ImportError as e:
         raise TfcalcError(f"tfcalc check needs torch and fvcore ({e.name} is missing): "
                           "pip install torch fvcore, or pip install 'tfcalc[torch]'") from None
@@ -158,11 +160,18 @@ def _import_torch():
 
 
 def _validate_device(torch, device: str, spec: ModelSpec) -> str:
-    kind = device.split(":")[0]
-    if kind not in DEVICES:
-        raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (cuda:N for a given GPU)")
+    expected = f"expected one of {', '.join(DEVICES)} (cuda:N for a given GPU)"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise TfcalcError(f"device={device!r}: {expected}") from None
+    kind = parsed.type
+    if kind not in DEVICES or (kind == "meta" and parsed.index is not None) or (kind == "cpu" and parsed.index):
+        raise TfcalcError(f"device={device!r}: {expected}")
     if kind == "cuda" and not torch.cuda.is_available():
         raise TfcalcError(f"device={device!r}: CUDA is not available here; use --device meta or cpu")
+    if kind == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise TfcalcError(f"device={device!r}: there are {torch.cuda.device_count()} CUDA devices")
     if kind == "cpu":
         from ..profile.memory import available_bytes, estimate_bytes
 

@@ -1,0 +1,169 @@
+"""Interrupts, failed writes, bad devices and budgets, wrong API types: one line and a documented exit code
+(2 bad input, 130 interrupted, 1 a failed write), never a traceback; and profile's memory estimate holds for the
+dtype the model is really built in."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from typer.testing import CliRunner
+
+import tfcalc
+from tfcalc import TfcalcError, load_preset
+from tfcalc.cli import app
+from tfcalc.reference import build_model
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tfcalc_process(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tfcalc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, **kwargs)
+
+
+# ---- Ctrl-C -------------------------------------------------------------------------------------------
+
+CHECK = ("check", "-p", "gpt2", "-L", "1", "-N", "8")
+PROFILE = ("profile", "-p", "gpt2", "-L", "1", "-N", "8", "--device", "cpu", "--warmup", "1", "--repeat", "200")
+
+
+@pytest.mark.parametrize("args, delay", [(CHECK, d) for d in (0.1, 0.4, 0.9, 1.6, 2.5)]
+                         + [(PROFILE, d) for d in (0.2, 1.2, 3.0, 6.0)])
+def test_an_interrupt_at_any_point_exits_130_with_one_line(args, delay):
+    # slow: each case is a process that imports torch (~2-5 s); the delays land in the interpreter's start-up,
+    # typer/pydantic imports, torch's import (held, then delivered), model building, counting and timing
+    process = tfcalc_process(*args)
+    time.sleep(delay)
+    sent = process.poll() is None
+    if sent:
+        process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert "Traceback" not in err and "Traceback" not in out
+    if sent and process.returncode in (0, -signal.SIGINT):
+        # it had finished its work as the signal arrived: the whole output is there; during the interpreter's
+        # shutdown SIGINT has its default action again, and the shell shows that as 130 too
+        assert "MATCH" in out or "Profile at N" in out, (out, err)
+        return
+    assert process.returncode == (130 if sent else 0), (process.returncode, err)
+    if sent:
+        assert [line for line in err.splitlines() if line.startswith("tfcalc: error:")][-1].startswith(
+            "tfcalc: error: interrupted")
+
+
+# ---- writes -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("count", "-p", "gpt2"), ("count", "-p", "gpt2", "--json"), ("presets",)])
+def test_a_full_disk_is_one_line_and_exit_1(args):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "tfcalc", *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == ["tfcalc: error: cannot write the output: No space left on device"]
+
+
+def test_a_closed_pipe_is_quiet():
+    reader, writer = os.pipe()
+    os.close(reader)
+    p = subprocess.run([sys.executable, "-m", "tfcalc", "count", "-p", "gpt3"], stdout=writer,
+                       stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    os.close(writer)
+    assert p.returncode == 1 and p.stderr == ""
+
+
+# ---- bad input that used to trace back ------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["check", "-p", "gpt2", "-L", "1", "-N", "8", "--device", "meta:0"], "device='meta:0': expected one of"),
+    (["check", "-p", "gpt2", "-L", "1", "-N", "8", "--device", "cpu:abc"], "device='cpu:abc': expected one of"),
+    (["check", "-p", "gpt2", "-L", "1", "-N", "8", "--device", "gpu"], "device='gpu': expected one of"),
+    (["profile", "-p", "gpt2", "-L", "1", "-N", "8", "--device", "cpu", "--memory-budget", "-1"],
+     "memory_budget=-1: expected a positive number of bytes"),
+    (["profile", "-p", "gpt2", "-L", "1", "-N", "8", "--device", "meta"], "device='meta': expected cpu, cuda"),
+])
+def test_bad_devices_and_budgets_are_one_line(args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("tfcalc: error: ")
+
+
+def test_bare_tfcalc_prints_help_and_names_what_is_missing():
+    p = subprocess.run([sys.executable, "-m", "tfcalc"], capture_output=True, text=True, cwd=ROOT)
+    assert "count" in p.stdout and "presets" in p.stdout
+    assert p.stderr.strip() == "tfcalc: error: give a command: count, compare, check, profile or presets (tfcalc --help)"
+    assert p.returncode == 2
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: tfcalc.count(None), "spec: expected a tfcalc.ModelSpec, got NoneType"),
+    (lambda: tfcalc.count({"n_layers": 2}), "spec: expected a tfcalc.ModelSpec, got dict"),
+    (lambda: tfcalc.count(load_preset("gpt2"), 512), "workload: expected a tfcalc.Workload or None, got int"),
+    (lambda: tfcalc.build("gpt2"), "spec: expected a tfcalc.ModelSpec, got str"),
+])
+def test_the_api_raises_its_own_errors_for_wrong_types(call, message):
+    with pytest.raises(TfcalcError, match=message):
+        call()
+
+
+# ---- profile's memory: the model is built in its dtype ---------------------------------------------------
+
+class _Created(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.dtypes = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.dtypes.add(out.dtype)
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_reference_model_is_built_in_its_dtype(dtype):
+    # built in fp32 and then cast, a bf16 model held both copies: 1.5x its weights (the issue measured 1.2-1.6x
+    # profile's estimate)
+    with _Created() as created:
+        model = build_model(load_preset("mixtral-8x7b").replace(n_layers=1, d_model=64, n_heads=4, n_kv_heads=2,
+                                                                  d_ff=32, vocab_size=50), "cpu", dtype)
+    assert created.dtypes == {dtype}
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    assert torch.get_default_dtype() == torch.float32
+
+
+MEASURE = """
+import json, sys
+from tfcalc import load_preset
+from tfcalc.profile import profile
+from tfcalc.profile.memory import step_bytes
+from tfcalc.profile.peak import gemm_bytes
+from tfcalc.profile.runner import matmul_shapes
+spec = load_preset(sys.argv[3]).replace(n_layers=int(sys.argv[4]), seq_len=int(sys.argv[5]), batch_size=2)
+size = {"fp32": 4, "bf16": 2}[sys.argv[1]]
+r = profile(spec, device="cpu", dtype=sys.argv[1], mode=sys.argv[2], warmup=1, repeat=1)
+# what profile holds against the budget (the tuned allocator is on by default)
+need = step_bytes(spec, size, sys.argv[2], gemm_bytes(matmul_shapes(spec), size), tuned_heap=True)
+print(json.dumps([r.peak_memory_bytes, need]))
+"""
+
+
+@pytest.mark.parametrize("dtype, mode, model", [
+    ("bf16", "train", ("gpt2", "2", "256")), ("bf16", "forward", ("gpt2", "2", "256")),
+    ("fp32", "train", ("gpt2", "2", "256")),
+])
+def test_profile_memory_estimate_covers_the_measured_peak(dtype, mode, model):
+    # a process of its own: the peak RSS of this test process says nothing about one step. Larger models, the
+    # MoE case that overran the old estimate among them, are in benchmarks/memory_estimate.py (minutes)
+    p = subprocess.run([sys.executable, "-c", MEASURE, dtype, mode, *model], capture_output=True, text=True,
+                       cwd=ROOT, check=True)
+    measured, estimate = eval(p.stdout.strip().splitlines()[-1])
+    assert 0 < measured <= estimate
