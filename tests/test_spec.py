@@ -19,7 +19,8 @@ def test_defaults_make_a_gpt_style_decoder():
     assert (spec.batch_size, spec.mlp, spec.norm, spec.norm_position, spec.positions) == (
         1, "standard", "layernorm", "pre", "learned")
     assert spec.bias and spec.tie_embeddings and spec.causal and spec.final_norm and spec.lm_head
-    assert spec.n_experts == 1 and spec.d_expert == spec.d_ff
+    assert spec.n_experts == 1 and spec.d_expert is None  # a dense model has no experts to size
+    assert spec.replace(n_experts=8, top_k=2).d_expert == spec.d_ff
 
 
 def test_d_head_may_differ_from_d_model_over_n_heads():

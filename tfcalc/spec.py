@@ -161,10 +161,11 @@ class ModelSpec(BaseModel):
                 value = getattr(self, field)
                 if value:
                     problems.append(f"{field}={value} needs a mixture of experts (n_experts > 1), got n_experts=1")
-        if self.d_expert is None:
-            self._set("d_expert", self.d_ff)
-        if self.d_shared_expert is None:
-            self._set("d_shared_expert", self.d_expert)
+        if self.is_moe:  # a dense model has no experts: its d_expert stays None (and a spec dump round-trips)
+            if self.d_expert is None:
+                self._set("d_expert", self.d_ff)
+            if self.d_shared_expert is None:
+                self._set("d_shared_expert", self.d_expert)
         if self.shared_expert_gate and not self.n_shared_experts and self.n_experts > 1:
             problems.append("shared_expert_gate=True needs n_shared_experts > 0, got n_shared_experts=0")
         if self.n_experts == 1 and self.moe_every != 1:

@@ -1,0 +1,84 @@
+"""Random flags on top of presets and on their own: exit code 0 or 2, never a traceback, one `tfcalc: error:` line
+per problem; on success every typed flag is in the counted spec as typed, and the counts are the library's for
+that spec and workload."""
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tfcalc import ModelSpec, Workload, count, load_preset
+from tfcalc.cli import app
+
+runner = CliRunner()
+
+PRESETS = ["gpt2", "llama3-8b", "mixtral-8x7b", "bert-base", "t5-small", "bart-base", "mistral-7b", None]
+SIZE = st.one_of(st.integers(-2, 70), st.sampled_from([2**40, 10**30]))
+WEIRD = st.sampled_from(["", "1.5", "1e3", "abc", "-0", "1_000", "0x10", " 7", "٣"])
+INT_FLAGS = {"-L": "n_layers", "-d": "d_model", "-H": "n_heads", "--d-head": "d_head", "--n-kv-heads": "n_kv_heads",
+             "--d-ff": "d_ff", "-V": "vocab_size", "-N": "seq_len", "-B": "batch_size",
+             "--max-positions": "max_positions", "--sliding-window": "sliding_window", "-E": "n_experts",
+             "--top-k": "top_k", "--first-dense-layers": "first_dense_layers", "--moe-every": "moe_every",
+             "--n-encoder-layers": "n_encoder_layers", "--d-expert": "d_expert"}
+CHOICE_FLAGS = {"--positions": ("positions", ["learned", "rotary", "relative", "none", "alibi"]),
+                "--mlp": ("mlp", ["standard", "gated", "swiglu"]),
+                "--norm-position": ("norm_position", ["pre", "post"]),
+                "--attention-pattern": ("attention_pattern", ["local,global", "local", "global,x", ""])}
+WORKLOAD_FLAGS = {"--phase": st.sampled_from(["train", "prefill", "decode", "serve"]),
+                  "--context": SIZE, "--src-len": SIZE, "--tgt-len": SIZE}
+
+
+@st.composite
+def invocations(draw):
+    preset = draw(st.sampled_from(PRESETS))
+    args, typed = [], {}
+    if preset:
+        args += ["-p", preset]
+    for flag in draw(st.lists(st.sampled_from(sorted(INT_FLAGS)), max_size=5, unique=True)):
+        value = draw(st.one_of(SIZE, WEIRD) if draw(st.integers(0, 9)) == 0 else SIZE)
+        args += [flag, str(value)]
+        typed[INT_FLAGS[flag]] = value
+    for flag in draw(st.lists(st.sampled_from(sorted(CHOICE_FLAGS)), max_size=2, unique=True)):
+        field, choices = CHOICE_FLAGS[flag]
+        value = draw(st.sampled_from(choices))
+        args += [flag, value]
+        typed[field] = value.split(",") if field == "attention_pattern" else value
+    workload = {}
+    for flag in draw(st.lists(st.sampled_from(sorted(WORKLOAD_FLAGS)), max_size=2, unique=True)):
+        value = draw(WORKLOAD_FLAGS[flag])
+        args += [flag, str(value)]
+        workload[flag] = value
+    if not preset and draw(st.booleans()):  # flags alone: give the required sizes most of the time
+        for flag, value in (("-L", 2), ("-d", 32), ("-H", 4), ("-V", 50), ("-N", 8), ("--max-positions", 16)):
+            if INT_FLAGS.get(flag, "max_positions") not in typed:
+                args += [flag, str(value)]
+                typed[INT_FLAGS[flag]] = value
+    return args, typed, workload
+
+
+@settings(max_examples=400, deadline=None)
+@given(invocations())
+def test_flags_either_count_exactly_or_fail_in_one_line_each(invocation):
+    args, typed, workload = invocation
+    r = runner.invoke(app, ["count", *args, "--json"])
+    assert "Traceback" not in r.output
+    assert r.exit_code in (0, 2), (args, r.exit_code, r.output, r.exception)
+    if r.exit_code == 2:
+        lines = r.output.strip().splitlines()
+        assert lines and all(line.startswith("tfcalc: error: ") and len(line) > 16 for line in lines), lines
+        return
+    d = json.loads(r.output)
+    for field, value in typed.items():  # every flag the user typed is kept as typed
+        assert d["spec"][field] == value, (field, value, d["spec"][field])
+    spec = ModelSpec.model_validate({k: v for k, v in d["spec"].items()})
+    w = Workload.model_validate({k: v for k, v in d["workload"].items() if k != "keys"})
+    expected = count(spec, w)
+    assert d["params"]["total"] == expected.params.total
+    assert d["flops"]["forward"] == expected.flops.forward
+    if "-p" in args and not any(field in typed for field in ("max_positions", "n_layers", "d_model", "n_heads",
+                                                             "d_head", "d_ff", "vocab_size", "n_kv_heads",
+                                                             "positions", "mlp", "n_experts", "d_expert",
+                                                             "n_encoder_layers", "first_dense_layers", "moe_every")):
+        # only the workload (and layout-free fields) changed: the parameters are the preset's
+        assert d["params"]["total"] == count(load_preset(args[args.index("-p") + 1])).params.total
