@@ -167,3 +167,30 @@ def test_profile_memory_estimate_covers_the_measured_peak(dtype, mode, model):
                        cwd=ROOT, check=True)
     measured, estimate = eval(p.stdout.strip().splitlines()[-1])
     assert 0 < measured <= estimate
+
+
+# ---- sizes: exact, and bounded so that every count stays printable ---------------------------------------
+
+def test_sizes_up_to_500_digits_count_exactly_and_larger_are_refused():
+    from pydantic import ValidationError
+
+    big = 10**499
+    spec = tfcalc.ModelSpec(n_layers=3, d_model=big, n_heads=1, vocab_size=10, seq_len=big, positions="rotary")
+    r = tfcalc.count(spec)
+    assert r.flops.components["attention/scores"] == 3 * 2 * big * big * big  # L H 2 N N d_head, d_head = D
+    assert len(str(r.flops.forward)) < 4300  # printable: Python's int-to-text limit
+    from tfcalc.errors import validation_lines
+
+    with pytest.raises(ValidationError) as spec_error:
+        tfcalc.ModelSpec(n_layers=3, d_model=10**500, n_heads=1, vocab_size=10, seq_len=4, positions="rotary")
+    assert validation_lines(spec_error.value) == [f"d_model={10**500!r}: has 501 digits; sizes have at most 500"]
+    with pytest.raises(ValidationError) as workload_error:
+        tfcalc.Workload(phase="decode", seq_len=1, context=10**500)
+    assert validation_lines(workload_error.value)[0].startswith("context=1000")
+
+
+def test_a_huge_flag_is_one_line():
+    r = runner.invoke(app, ["count", "-p", "gpt2", "-L", "9" * 5000])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and "(5000 characters): sizes have at most 500 digits" in lines[0]

@@ -22,6 +22,7 @@ from .errors import TfcalcError, validation_lines
 from .interrupts import EXIT_INTERRUPTED, import_torch
 from .presets import list_presets
 from .render import Format
+from .sizes import MAX_DIGITS
 from .sources import model_arg, resolve, workload_for
 from .spec import ModelSpec
 
@@ -123,7 +124,9 @@ def _words(text: str) -> list[str]:
 
 
 def _integer(text: str) -> int:
-    """Sizes are exact integers of any size: '1_000_000' and '1000000' are fine, '1e6' and '12.5' are not."""
+    """Sizes are exact integers: '1_000_000' and '1000000' are fine, '1e6' and '12.5' are not."""
+    if len(text) > MAX_DIGITS + 10:  # before int(): Python refuses 4,300 digits, and long ones take time
+        raise typer.BadParameter(f"{text[:12]}... ({len(text)} characters): sizes have at most {MAX_DIGITS} digits")
     try:
         return int(text)
     except ValueError:

@@ -12,12 +12,11 @@ taken from the seq_len the spec was written with, once, and a later workload doe
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Size = Annotated[int, Field(gt=0)]
-Count = Annotated[int, Field(ge=0)]
+from .sizes import Count, Size
 
 
 class ModelSpec(BaseModel):

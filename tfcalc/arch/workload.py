@@ -11,12 +11,12 @@ encoder-decoder, `src_len` encoder tokens. The phase says what runs:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Size = Annotated[int, Field(gt=0)]
-Count = Annotated[int, Field(ge=0)]
+from ..sizes import Count, Size
+
 PHASES = ("train", "prefill", "decode")
 
 
