@@ -194,3 +194,14 @@ def test_a_huge_flag_is_one_line():
     assert r.exit_code == 2 and "Traceback" not in r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "(5000 characters): sizes have at most 500 digits" in lines[0]
+
+
+def test_a_per_token_figure_past_floats_stays_exact():
+    # a pooler runs once per sequence, so forward / tokens need not be whole; past 1.8e308 no float holds it
+    import json
+    from fractions import Fraction
+
+    spec = load_preset("bert-base").replace(d_model=10**200 + 1, n_heads=1, seq_len=7, max_positions=512)
+    r = tfcalc.count(spec)
+    assert Fraction(r.flops.per_token) == Fraction(r.flops.forward, 7)
+    json.dumps(r.to_dict())

@@ -139,8 +139,15 @@ class CountResult:
         }
 
 
-def _exact(q: Fraction) -> int | float:
-    return q.numerator if q.denominator == 1 else float(q)
+def _exact(q: Fraction) -> int | float | str:
+    """An integer when the quotient is whole, else a float; a fraction 'n/d' where a float cannot hold it
+    (past 1.8e308, sizes of hundreds of digits)."""
+    if q.denominator == 1:
+        return q.numerator
+    try:
+        return float(q)
+    except OverflowError:
+        return str(q)
 
 
 def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
