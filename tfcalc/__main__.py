@@ -40,6 +40,11 @@ def main() -> None:
         sys.stdout.flush()
     except OSError as e:
         code = _write_failed(e)
+    if code == EXIT_INTERRUPTED:
+        # CPython may end a process whose KeyboardInterrupt passed through an import by re-raising SIGINT (exit
+        # -2), even when it was handled: leave with the documented code, the output flushed
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 

@@ -63,6 +63,11 @@ def _fail(lines: list[str], code: int) -> typing.NoReturn:
     sys.exit(code)
 
 
+if os.environ.get("NO_COLOR"):  # https://no-color.org: typer's help has its own console
+    import typer.rich_utils
+
+    typer.rich_utils.COLOR_SYSTEM = None
+
 app = typer.Typer(
     cls=_Group,
     help="Exact parameter and FLOP counts of transformers (FLOPs = 2 per multiply-add; MACs shown beside).",
@@ -190,24 +195,27 @@ TgtLenOpt = Annotated[Optional[int], typer.Option("--tgt-len", parser=_integer, 
                                                   rich_help_panel=_WORKLOAD, help=(
     "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)."))]
 
-_PIPED_WIDTH = 120
-
 
 def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()) -> None:
+    """Tables fitted to the terminal's width, never a number cut (render.layout); piped without COLUMNS, every
+    table at its natural width and the header lines unwrapped. NO_COLOR: no ANSI codes at all."""
     if fmt is Format.markdown:
         typer.echo("\n\n".join([*(f"{line}" for line in lines), *map(render.to_markdown, tables)]))
         return
     from rich.console import Console
 
     # Our text is plain: no markup, emoji codes or highlighting (a "[bold]" or ":x:" in a spec name stays as typed)
-    console = Console(markup=False, emoji=False, highlight=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = _PIPED_WIDTH  # piped output has no width to fit; don't fold numbers at 80
+    console = Console(markup=False, emoji=False, highlight=False,
+                      color_system=None if os.environ.get("NO_COLOR") else "auto")
+    width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
+    if width is None:  # a pipe: nothing to fit; room for the widest table (rich would shrink it to fit)
+        console.width = max([console.width, *map(render.natural_width, tables)])
     for line in lines:
-        console.print(line)
+        console.print(render.wrap(line, width), soft_wrap=True)
     for table in tables:
         console.print()
-        console.print(render.to_rich(table))
+        for block in render.to_rich(table, width):
+            console.print(block, soft_wrap=True)
 
 
 # ---- commands -------------------------------------------------------------------------------------
@@ -376,6 +384,10 @@ def profile_cmd(
         if len(results) > 1:
             tables.append(render.profile_sweep_table(results))
         _print_tables(tables, fmt, render.profile_lines(results[0]))
+    if results[-1].interrupted:  # what was measured is shown; the interrupt is still honoured
+        timed = results[-1].time.repeats
+        _fail([f"interrupted: shown above are the {timed} timed round{'s' if timed != 1 else ''} completed"],
+              EXIT_INTERRUPTED)
 
 
 def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, layers, memory_budget,

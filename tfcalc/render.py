@@ -1,7 +1,9 @@
 """Rich tables, CSV, Markdown and JSON: the only place numbers are scaled to readable units.
 
 Builders return plain tables (a title, a header and rows of strings); `to_rich`, `to_markdown` and the CSV
-writer draw the same tables, so every output format shows the same figures.
+writer draw the same tables, so every output format shows the same figures. `layout` fits a table to a
+terminal's width without ever cutting a number: it leaves columns out, shows readable units or stacks the rows,
+and says so under the table. Integers of any size are scaled with integer arithmetic, never through float.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from fractions import Fraction
+from typing import Any, Callable
 
 from .counts import CountResult
 from .spec import ModelSpec
@@ -25,46 +29,101 @@ class Format(str, Enum):
 
 
 # ---- numbers --------------------------------------------------------------------------------------
+# Counts are exact integers of any size (10^300 is a valid size): integers are scaled with integer arithmetic,
+# never through float, which overflows past 1.8e308.
 
-def human(n: int | float) -> str:
-    """Parameters and other counts: 174.6B, 124.4M, 3.1K, 512."""
-    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f}{suffix}"
-    return f"{n:,}" if isinstance(n, int) else f"{n:.3g}"
+def _round_half_even(numerator: int, denominator: int) -> int:
+    """numerator / denominator to the nearest integer, ties to even (as Python formats floats); denominator > 0."""
+    q, r = divmod(numerator, denominator)
+    return q + (1 if 2 * r > denominator or (2 * r == denominator and q % 2) else 0)
+
+
+def _significant(n: int, figures: int) -> tuple[int, int]:
+    """n > 0 -> (m, e) with n ~ m * 10**(e - figures + 1) and 10**(figures - 1) <= m < 10**figures."""
+    e = len(str(n)) - 1
+    shift = e - figures + 1
+    m = n * 10**-shift if shift < 0 else _round_half_even(n, 10**shift)
+    if m >= 10**figures:  # 9995 -> 1000 (x 10): the mantissa rolled over
+        m, e = m // 10, e + 1
+    return m, e
 
 
 def sci(n: int | float) -> str:
-    """FLOPs: 3.67e14 (three significant figures, exponent without padding)."""
+    """FLOPs: 3.67e14 (three significant figures, exponent without padding); exact integers of any size."""
     if n == 0:
         return "0"
-    mantissa, exponent = f"{n:.2e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
+    if isinstance(n, float):
+        mantissa, exponent = f"{n:.2e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    m, e = _significant(abs(n), 3)
+    return f"{'-' if n < 0 else ''}{m // 100}.{m % 100:02d}e{e}"
+
+
+def human(n: int | float) -> str:
+    """Parameters and other counts: 174.6B, 124.4M, 3.1K, 512; from 1000T on, 1.00e15."""
+    if isinstance(n, int) and abs(n) >= 10**15:
+        return sci(n)
+    units = ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K"))
+    for i, (scale, suffix) in enumerate(units):
+        if abs(n) >= scale:
+            if isinstance(n, float):
+                return f"{n / scale:.1f}{suffix}"
+            tenths = _round_half_even(abs(n) * 10, scale)
+            if tenths >= 10_000:  # 999,960 rounds to 1000.0K: say 1.0M
+                return sci(n) if i == 0 else f"{'-' if n < 0 else ''}1.0{units[i - 1][1]}"
+            return f"{'-' if n < 0 else ''}{tenths // 10}.{tenths % 10}{suffix}"
+    return f"{n:,}" if isinstance(n, int) else f"{n:.3g}"
 
 
 def exact(n: int | float) -> str:
     return f"{n:,}" if isinstance(n, int) else f"{n:,.3f}"
 
 
-def pct(x: float) -> str:
-    return "<0.1%" if 0 < x < 0.0005 else f"{100 * x:.1f}%"
+def pct(x: float | Fraction) -> str:
+    """A share as a percentage; pass Fraction(part, whole) for counts (no float division of huge integers)."""
+    return "<0.1%" if 0 < x < Fraction(1, 2000) else f"{float(100 * x):.1f}%"
 
 
-def bar(share: float, width: int = 12) -> str:
+def share(part: int, whole: int) -> Fraction:
+    """part / whole, exactly (both may be far beyond a float's range)."""
+    return Fraction(part, whole) if whole else Fraction(0)
+
+
+def bar(share: float | Fraction, width: int = 12) -> str:
     eighths = round(share * width * 8)
     full, part = divmod(eighths, 8)
     return "█" * full + ("" if part == 0 else " ▏▎▍▌▋▊▉"[part])
+
+
+def binary_bytes(n: int) -> str:
+    """Memory: 1.07 GiB, 12.35 MiB, 512 B (binary units: GiB = 2^30 bytes)."""
+    for power, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 2**power:
+            hundredths = _round_half_even(100 * n, 2**power)
+            return f"{hundredths // 100}.{hundredths % 100:02d} {unit}"
+    return f"{n} B"
 
 
 # ---- plain tables ---------------------------------------------------------------------------------
 
 @dataclass
 class Table:
+    """A title, a header, rows of strings and a caption, and what a narrow terminal may do with them (`layout`)."""
+
     title: str
     columns: list[str]
     rows: list[list[str]] = field(default_factory=list)
     caption: str = ""
-    right: set[int] = field(default_factory=set)  # right-aligned (numeric) columns
+    right: set[int] = field(default_factory=set)  # right-aligned columns
+    numeric: set[int] | None = None  # numbers (and bars): never wrapped nor cut; None: the right-aligned columns
+    optional: list[int] = field(default_factory=list)  # columns a narrow terminal may leave out, first to go first
+    units: dict[int, Callable[[int], str]] = field(default_factory=dict)  # exact-integer columns: readable form
+    aside: int | None = None  # a long text column a narrow terminal prints under the table, "label: text" per row
+    by_column: str = ""  # what a column is ("model"): split or stacked, one block per column, not per row
+    label_columns: int = 1  # leading columns that name a row (a blank first cell repeats the one above)
+
+    def numeric_columns(self) -> set[int]:
+        return self.right if self.numeric is None else self.numeric
 
 
 def describe(spec: ModelSpec) -> str:
@@ -128,7 +187,8 @@ def summary_table(result: CountResult) -> Table:
     caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward ({w.phase}): matmuls "
                f"over {w.batch_size} x {w.seq_len} new tokens, attention over every (query, key) pair "
                f"({w.seq_len:,} x {w.keys:,} per head); the causal figure counts the pairs the mask keeps.")
-    return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3})
+    return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
+                 label_columns=2)
 
 
 def component_table(result: CountResult) -> Table:
@@ -139,18 +199,21 @@ def component_table(result: CountResult) -> Table:
     rows = []
     for name in names:
         p, f = params.get(name, 0), fwd.get(name, 0)
-        rows.append([name, exact(p) if p else "-", pct(p / total_p) if p else "", sci(f) if f else "-",
-                     exact(macs.get(name, 0)) if f else "-", pct(f / total_f) if f else "", bar(f / biggest)])
+        rows.append([name, exact(p) if p else "-", pct(share(p, total_p)) if p else "", sci(f) if f else "-",
+                     exact(macs.get(name, 0)) if f else "-", pct(share(f, total_f)) if f else "",
+                     bar(share(f, biggest))])
     rows.append(["total", exact(total_p), "100.0%", sci(total_f), exact(result.macs.forward), "100.0%", ""])
     caption = "params and FLOPs summed over all layers."
     if result.spec.lm_head and result.spec.tie_embeddings:
         caption += " The head is tied to the token embedding: its weights are counted there, its FLOPs here."
     return Table("Components", ["component", "params", "% params", "forward FLOPs", "forward MACs", "% FLOPs",
-                                "FLOPs share"], rows, caption, right={1, 2, 3, 4, 5})
+                                "FLOPs share"], rows, caption, right={1, 2, 3, 4, 5}, numeric={1, 2, 3, 4, 5, 6},
+                 optional=[6, 4, 5, 2], units={1: human, 4: sci})  # bars, exact MACs (FLOPs beside), shares
 
 
 def estimates_table(result: CountResult) -> Table:
-    rows = [[e.name, e.formula, sci(e.value), f"{e.compared_with} {sci(e.exact)}", f"{e.ratio:.4f}"]
+    rows = [[e.name, e.formula, sci(e.value), f"{e.compared_with} {sci(e.exact)}",
+             f"{float(share(e.value, e.exact)):.4f}"]
             for e in result.estimates]
     return Table("Published estimates against the exact count", ["estimate", "formula", "estimate",
                  "exact", "ratio"], rows, "ratio = estimate / exact", right={2, 3, 4})
@@ -158,10 +221,11 @@ def estimates_table(result: CountResult) -> Table:
 
 def non_matmul_table(result: CountResult) -> Table:
     nm, forward = result.non_matmul, result.flops.forward
-    rows = [[name, sci(v), pct(v / forward)] for name, v in nm.items()]
-    rows.append(["total", sci(nm.total), pct(nm.total / forward)])
+    rows = [[name, sci(v), pct(share(v, forward))] for name, v in nm.items()]
+    rows.append(["total", sci(nm.total), pct(share(nm.total, forward))])
     return Table("Non-matmul work (estimate; not in forward)", ["work", "FLOPs", "of forward"], rows,
-                 "per-element costs are rough constants (docs/formulas.md); shown for scale only", right={1, 2})
+                 "per-element costs are rough constants (docs/formulas.md); shown for scale only", right={1, 2},
+                 optional=[2])
 
 
 def crossover_line(result: CountResult) -> str:
@@ -221,7 +285,8 @@ def compare_table(results: list[CountResult], labels: list[str], readable: bool)
             rows.append([title, *(v if isinstance(v, str) else f"{v:,}" for v in values)])
     caption = ("FLOPs = 2 per multiply-add, matmuls only, attention over every (query, key) pair; exact integers: "
                "--format json or csv")
-    return Table("Comparison", ["figure", *labels], rows, caption, right=set(range(1, len(labels) + 1)))
+    return Table("Comparison", ["figure", *labels], rows, caption, right=set(range(1, len(labels) + 1)),
+                 by_column="model")
 
 
 def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
@@ -230,21 +295,275 @@ def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
             for name, desc, r, source in entries]
     return Table("Presets", ["preset", "model", "params", "active", "seq_len", "forward FLOPs", "source"], rows,
                  "forward FLOPs at the preset's seq_len, batch 1; `tfcalc count --preset NAME` for the breakdown",
-                 right={2, 3, 4, 5})
+                 right={2, 3, 4, 5}, aside=6)
 
 
-# ---- drawing --------------------------------------------------------------------------------------
+# ---- fitting a table to a terminal ----------------------------------------------------------------
+# A number is never cut, folded or wrapped. A table wider than the terminal is drawn, in this order: with its
+# long `aside` column under it; without its optional columns; with exact integers in readable units; split
+# into several tables (by_column); one block of lines per row or column. One line under it says which.
 
-def to_rich(table: Table):
-    from rich.table import Table as RichTable
+_NUMBER = re.compile(r"\d[\d,.]*(?:e[+-]?\d+)?")  # 43,490,082,816  1.78e14  24.9  2,048.
+_EXACT = re.compile(r"\d{1,3}(?:,\d{3})*")
+_BREAK_AFTER = "/-_.,;:)]"
+TEXT_MIN = 20  # a text column may fold words longer than this (never a number); shorter words stay whole
+ASIDE_MIN = 60  # an aside column narrower than this goes under the table
 
-    t = RichTable(title=table.title, caption=table.caption or None, title_justify="left", caption_justify="left")
-    for i, column in enumerate(table.columns):
-        t.add_column(column, justify="right" if i in table.right else "left",
-                     overflow="fold", no_wrap=column not in ("source", "formula", "model"))
+
+def _cell_len(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max(map(cell_len, text.split("\n")))
+
+
+def _fold(word: str, width: int) -> list[str]:
+    """A word wider than `width` in pieces that fit, cut outside numbers, after / - _ . , ; : where possible.
+    A number wider than `width` stays whole, a piece of its own."""
+    if _cell_len(word) <= width:
+        return [word]
+    inside = {i for m in _NUMBER.finditer(word) for i in range(m.start() + 1, m.end())}
+    pieces, start = [], 0
+    while _cell_len(word[start:]) > width:
+        cuts = [i for i in range(start + 1, min(start + width, len(word) - 1) + 1) if i not in inside]
+        if cuts:
+            nice = [i for i in cuts if word[i - 1] in _BREAK_AFTER and i - start >= width // 2]
+            cut = (nice or cuts)[-1]
+        else:  # a number wider than the width: whole, to its end
+            cut = next((i for i in range(start + width + 1, len(word)) if i not in inside), len(word))
+        pieces.append(word[start:cut])
+        start = cut
+    return pieces + ([word[start:]] if start < len(word) else [])
+
+
+def wrap(text: str, width: int | None) -> str:
+    """Text wrapped at spaces to `width` (None: not wrapped); a word wider than that is folded outside its
+    numbers, and a number wider than the whole width is left whole on its own line for the terminal to wrap."""
+    if width is None:
+        return text
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split():
+            pieces = _fold(word, width)
+            for i, piece in enumerate(pieces):
+                if line and i == 0 and _cell_len(line) + 1 + _cell_len(piece) <= width:
+                    line += " " + piece
+                else:
+                    if line:
+                        lines.append(line)
+                    line = piece
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _readable(cell: str, unit: Callable[[int], str] | None) -> str:
+    return unit(int(cell.replace(",", ""))) if unit and _EXACT.fullmatch(cell) else cell
+
+
+def _measure(table: Table, j: int, cells: list[str], aside: bool) -> tuple[int, int]:
+    """(natural, minimum) content width of column j: numbers at full width, text wrapped down to its numbers
+    and words (or TEXT_MIN), headers wrapped at spaces."""
+    header = table.columns[j]
+    natural = max(_cell_len(c) for c in [header, *cells])
+    header_word = max((_cell_len(w) for w in header.split()), default=0)
+    if j in table.numeric_columns():
+        return natural, max(header_word, *map(_cell_len, cells)) if cells else header_word
+    numbers = max((len(m.group()) for c in cells for m in _NUMBER.finditer(c)), default=0)
+    words = max((_cell_len(w) for c in [header, *cells] for w in c.split()), default=0)
+    minimum = max(numbers, min(words, TEXT_MIN), min(header_word, TEXT_MIN))
+    return natural, max(minimum, min(natural, ASIDE_MIN)) if aside else minimum
+
+
+def _widths(naturals: list[int], minimums: list[int], width: int) -> list[int] | None:
+    """Content widths of columns that fit a `width`-wide grid (borders and padding: 3 per column + 1), the
+    narrow columns at natural width and the wide text ones wrapped evenly; None if even the minimums don't."""
+    budget = width - 1 - 3 * len(naturals)
+    if sum(minimums) > budget:
+        return None
+    if sum(naturals) <= budget:
+        return list(naturals)
+
+    def at(level: int) -> list[int]:
+        return [max(lo, min(level, hi)) for lo, hi in zip(minimums, naturals)]
+
+    lo, hi = 0, max(naturals)
+    while lo < hi:  # the highest level at which every column fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sum(at(mid)) <= budget else (lo, mid - 1)
+    widths, spare = at(lo), budget - sum(at(lo))
+    for i, (w, natural) in enumerate(zip(widths, naturals)):
+        if spare and w < natural:
+            widths[i], spare = w + 1, spare - 1
+    return widths
+
+
+def grid_width(widths: list[int]) -> int:
+    return 1 + sum(w + 3 for w in widths)
+
+
+@dataclass
+class Layout:
+    """How a table is drawn in a terminal of a given width."""
+
+    grids: list[tuple[list[int], list[int]]]  # the grids drawn: (columns, their content widths); [] when stacked
+    readable: bool = False  # exact integers shown in readable units
+    dropped: list[int] = field(default_factory=list)  # optional columns left out
+    aside: int | None = None  # the column printed under the grid, "label: text" per row
+    stacked: bool = False  # lines, one block per row (or per column, by_column)
+    note: str = ""  # the one line that says what a narrow terminal changed
+
+
+def layout(table: Table, width: int | None) -> Layout:
+    """The first layout, in the order above, that fits `width` columns (None: the table at its natural width)."""
+    n = len(table.columns)
+
+    def cells(j: int, readable: bool) -> list[str]:
+        return [_readable(row[j], table.units.get(j)) if readable else row[j] for row in table.rows]
+
+    def grid(columns: list[int], readable: bool, aside_in: bool, limit: int | None) -> list[int] | None:
+        measured = [_measure(table, j, cells(j, readable), aside_in and j == table.aside) for j in columns]
+        naturals, minimums = [m[0] for m in measured], [m[1] for m in measured]
+        return naturals if limit is None else _widths(naturals, minimums, limit)
+
+    every = list(range(n))
+    if width is None:
+        return Layout([(every, grid(every, False, True, None))])
+    widths = grid(every, False, True, width)
+    if widths is not None:
+        return Layout([(every, widths)])
+    aside = table.aside
+    tries = [(readable, k) for readable in ((False, True) if table.units else (False,))
+             for k in range(len(table.optional) + 1)]
+    for readable, k in tries:
+        dropped = table.optional[:k]
+        columns = [j for j in every if j not in dropped and j != aside]
+        widths = grid(columns, readable, False, width)
+        if widths is not None:
+            return _noted(table, Layout([(columns, widths)], readable, dropped, aside))
+    readable, dropped = tries[-1][0], table.optional
+    columns = [j for j in every if j not in dropped and j != aside]
+    if table.by_column:  # split the columns evenly over the fewest grids that fit, each repeating the first
+        first, rest = columns[:table.label_columns], columns[table.label_columns:]
+        for count in range(2, len(rest) + 1):
+            size, extra = divmod(len(rest), count)
+            bounds = [i * size + min(i, extra) for i in range(count + 1)]
+            groups = [first + rest[a:b] for a, b in zip(bounds, bounds[1:])]
+            grids = [(g, grid(g, readable, False, width)) for g in groups]
+            if all(w is not None for _, w in grids):
+                return _noted(table, Layout(grids, readable, dropped, aside))
+    return _noted(table, Layout([], stacked=True, aside=None))
+
+
+def _noted(table: Table, fit: Layout) -> Layout:
+    def names(columns: list[int]) -> str:
+        return ", ".join(table.columns[j] or "mark" for j in columns)
+
+    parts = []
+    if fit.dropped:
+        parts.append(f"{names(fit.dropped)} column{'s' if len(fit.dropped) > 1 else ''} left out")
+    if fit.readable:
+        parts.append("readable units")
+    if fit.aside is not None:
+        parts.append(f"{table.columns[fit.aside]} under the table")
+    if len(fit.grids) > 1:
+        parts.append(f"{table.by_column}s split over {len(fit.grids)} tables")
+    if fit.stacked:
+        parts.append(f"one block per {table.by_column or 'row'}")
+    lossy = fit.dropped or fit.readable
+    fit.note = f"(narrow terminal: {'; '.join(parts)}" + ("; all in --json)" if lossy else ")")
+    return fit
+
+
+def _stacked_lines(table: Table, width: int) -> list[str]:
+    """One block per row: 'label: header value  header value', continued on indented lines; or, by_column,
+    one block per column: its header, then '  label: value' per row. A value wider than a line gets its own."""
+    out: list[str] = []
+
+    def fill(head: str, items: list[str]) -> None:
+        line = head
+        for item in items:
+            joined = f"{line} {item}" if line == head and head else f"{line}  {item}" if line else f"  {item}"
+            if _cell_len(joined) <= width:
+                line = joined
+                continue
+            if line:
+                out.append(line)
+            pieces = wrap(item, width - 2).split("\n")
+            out.extend("  " + piece for piece in pieces[:-1])
+            line = "  " + pieces[-1]
+        if line:
+            out.append(line)
+
+    labels, group = [], ""
     for row in table.rows:
-        t.add_row(*row)
-    return t
+        names = list(row[:table.label_columns])
+        group = names[0] = names[0] or group
+        labels.append(" ".join(name for name in names if name))
+    if table.by_column:
+        for j in range(table.label_columns, len(table.columns)):
+            out.append(table.columns[j])
+            for label, row in zip(labels, table.rows):
+                fill("", [f"{label}: {row[j]}"])
+        return out
+    for label, row in zip(labels, table.rows):
+        items = [f"{table.columns[j]} {row[j]}".strip() for j in range(table.label_columns, len(table.columns))
+                 if row[j] not in ("", "-")]  # blank and none: nothing to say
+        head = f"{label}:"
+        if _cell_len(head) > width:
+            out.extend(wrap(head, width).split("\n"))
+            head = ""
+        fill(head, items)
+    return out
+
+
+def _justify(text: str, width: int, right: bool) -> str:
+    """Right-aligned lines padded here (rich aligns nothing with overflow "ignore")."""
+    return "\n".join(" " * (width - _cell_len(line)) + line for line in text.split("\n")) if right else text
+
+
+def natural_width(table: Table) -> int:
+    """The width of the table drawn whole: what a pipe gets."""
+    ((_, widths),) = layout(table, None).grids
+    return max(grid_width(widths), _cell_len(table.title))
+
+
+def to_rich(table: Table, width: int | None = None) -> list:
+    """Renderables that draw the table in `width` terminal columns (None: at its natural width, for a pipe):
+    its title, its grid or grids (or stacked lines), its aside column, its caption and the narrow-terminal note.
+    Print them with soft_wrap=True: every line already fits, but for a number wider than the terminal."""
+    from rich import box
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    width = None if width is None else max(width, 20)  # below that, nothing reads well anyway
+    fit = layout(table, width)
+    numeric = table.numeric_columns()
+    out: list = [Text(wrap(table.title, width), style="table.title")]
+    widest = 0
+    for g, (columns, widths) in enumerate(fit.grids):
+        if g:
+            out.append(Text(""))
+        grid = RichTable(box=box.HEAVY_HEAD)
+        for j, w in zip(columns, widths):  # overflow "ignore": rich never cuts; the widths fit, so nothing spills
+            grid.add_column(Text(_justify(wrap(table.columns[j], w), w, j in table.right)), width=w, no_wrap=True,
+                            overflow="ignore")
+        for row in table.rows:
+            cells = [_readable(row[j], table.units.get(j)) if fit.readable else row[j] for j in columns]
+            grid.add_row(*(Text(_justify(c if j in numeric else wrap(c, w), w, j in table.right))
+                           for j, w, c in zip(columns, widths, cells)))
+        out.append(grid)
+        widest = max(widest, grid_width(widths), 40)
+    if fit.stacked:
+        out.append(Text("\n".join(_stacked_lines(table, width))))
+    if table.caption:  # as wide as the grid above it
+        out.append(Text(wrap(table.caption, width if not widest else min(widest, width or widest)),
+                        style="table.caption"))
+    if fit.aside is not None:  # "label: text", continued on indented lines
+        paragraphs = [wrap(f"{row[0]}: {row[fit.aside]}", width - 2).replace("\n", "\n  ") for row in table.rows]
+        out += [Text(""), Text(table.columns[fit.aside], style="table.header"), Text("\n".join(paragraphs))]
+    if fit.note:
+        out.append(Text(wrap(fit.note, width), style="table.caption"))
+    return out
 
 
 def to_markdown(table: Table) -> str:
@@ -291,7 +610,7 @@ def _mark(ok: bool) -> str:
 
 def _difference(*values: int) -> str:
     spread = max(values) - min(values)
-    return "0" if spread == 0 else f"{spread:,} ({spread / max(max(values), 1):.2%})"
+    return "0" if spread == 0 else f"{spread:,} ({float(share(spread, max(max(values), 1))):.2%})"
 
 
 def check_tables(report) -> list[Table]:
@@ -321,6 +640,11 @@ def check_tables(report) -> list[Table]:
                             ["", "analytic", "FlopCounterMode", "", "difference"],
                             [["train step", exact(t.analytic), exact(t.flop_counter), _mark(t.match),
                               _difference(t.analytic, t.flop_counter)]], right={1, 2, 4}))
+    for table in tables:
+        table.numeric = table.right | {table.columns.index("", 1)}  # the numbers and the ✓ column
+        difference = len(table.columns) - 1
+        if all(row[difference] == "0" for row in table.rows):  # every row agrees: the ✓ says as much
+            table.optional = [difference]
     return tables
 
 
@@ -399,10 +723,10 @@ def profile_table(result) -> Table:
         ]
     else:
         rows.append(["peak, datasheet", "- (no datasheet figure for this device)"])
-    rows.append(["peak memory", f"{human(result.peak_memory_bytes)}B" if result.device == "cpu"
-                 else f"{result.peak_memory_bytes / 2**30:.2f} GiB"])
+    memory = result.peak_memory_bytes
+    rows.append(["peak memory", f"{binary_bytes(memory)} ({memory:,} bytes)" if memory >= 1024 else f"{memory} B"])
     caption = ("FLOPs = 2 per multiply-add, matmuls only, full N x N attention; MFU = achieved / peak, the GEMMs "
-               "timed in turn with the steps. "
+               "timed in turn with the steps. Memory in binary units (GiB = 2^30 bytes). "
                + ("CPU memory: growth of the process's peak RSS." if result.device == "cpu"
                   else "GPU memory: torch.cuda.max_memory_allocated, less the GEMM buffers."))
     return Table(f"Profile at N = {result.spec.seq_len:,}", ["figure", "value"], rows, caption)
