@@ -38,7 +38,10 @@ def invocations(draw):
     for flag in draw(st.lists(st.sampled_from(sorted(INT_FLAGS)), max_size=5, unique=True)):
         value = draw(st.one_of(SIZE, WEIRD) if draw(st.integers(0, 9)) == 0 else SIZE)
         args += [flag, str(value)]
-        typed[INT_FLAGS[flag]] = value
+        try:  # what the flag means when it is an integer at all ('1_000' and ' 7' are, as int() reads them)
+            typed[INT_FLAGS[flag]] = int(value)
+        except ValueError:
+            typed[INT_FLAGS[flag]] = value
     for flag in draw(st.lists(st.sampled_from(sorted(CHOICE_FLAGS)), max_size=2, unique=True)):
         field, choices = CHOICE_FLAGS[flag]
         value = draw(st.sampled_from(choices))

@@ -264,8 +264,9 @@ def compare_cmd(
             results.append(count(spec, workload))
         except ValidationError as e:  # an override that does not fit this model: say which model
             raise TfcalcError("\n".join(f"{model}: {line}" for line in validation_lines(e))) from None
-        except TfcalcError as e:
-            raise TfcalcError("\n".join(f"{model}: {line}" for line in str(e).splitlines())) from None
+        except TfcalcError as e:  # say which model, unless the message names its file already
+            raise TfcalcError("\n".join(line if line.startswith(model) else f"{model}: {line}"
+                                         for line in str(e).splitlines())) from None
     labels = [r.spec.label for r in results]
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:

@@ -16,6 +16,17 @@ class TfcalcError(Exception):
     """
 
 
+SHOWN = 200  # characters of a value that is not a number, in a message
+
+
+def _shown(value) -> str:
+    """repr(value), a long text or list cut to its first SHOWN characters and its length; a number whole."""
+    text = repr(value)
+    if isinstance(value, int) or len(text) <= SHOWN:
+        return text
+    return f"{text[:SHOWN]}... ({len(text):,} characters)"
+
+
 def validation_lines(err: ValidationError, where: Callable[[str], str] = lambda field: "") -> list[str]:
     """One line per problem in a pydantic ValidationError, each naming the field and the value given.
 
@@ -28,7 +39,7 @@ def validation_lines(err: ValidationError, where: Callable[[str], str] = lambda 
             lines.extend(msg.splitlines())
             continue
         field = ".".join(str(part) for part in e["loc"])
-        value = "(missing)" if e["type"] == "missing" else repr(e["input"])
+        value = "(missing)" if e["type"] == "missing" else _shown(e["input"])
         if e["type"] == "missing":
             lines.append(f"{where(field)}{field} is required")
         elif e["type"] == "extra_forbidden":

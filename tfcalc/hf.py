@@ -1,20 +1,23 @@
 """Read a Hugging Face `config.json` into a ModelSpec: no network, no weights, no transformers.
 
 Each supported `model_type` starts from the defaults transformers' config class uses for a field the file leaves
-out (DEFAULTS below; tests/test_hf.py holds them against transformers' own classes). A field whose value would
-change the shapes in a way ModelSpec does not model is refused, by name: never a silently wrong count.
+out (DEFAULTS below; tests/test_hf.py holds them against transformers' own classes). Every field a mapper reads has
+the JSON type transformers' config class declares for it (TYPES, checked strictly with pydantic before any mapper
+runs): "false" is not false and 4096.7 is not 4096. A field whose value would change the shapes in a way ModelSpec
+does not model is refused, by name: never a silently wrong count.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from .errors import TfcalcError, validation_lines
-from .loading import SpecFile
+from .loading import SpecFile, as_path, parse_json, read_text_file
 from .spec import ModelSpec
 
 SEQ_LEN_CAP = 131_072  # default seq_len is max_position_embeddings, but not beyond this
@@ -53,122 +56,196 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 SUPPORTED = tuple(DEFAULTS)
 
+# The JSON type of every field a mapper reads, as transformers' config classes declare it (tests/test_file_inputs.py
+# holds them against those declarations). A value of another type is refused by name, never coerced: JSON "false"
+# is not false, 4096.7 is not 4096, true is not 1. "size": a positive integer; "count": zero or more; "?": or null.
+_DECODER_TYPES = dict(vocab_size="size", hidden_size="size", intermediate_size="size", num_hidden_layers="size",
+                      num_attention_heads="size", num_key_value_heads="size?", head_dim="size?", hidden_act="str",
+                      max_position_embeddings="size", tie_word_embeddings="bool", rope_scaling="object?",
+                      rope_parameters="object?")
+_QWEN2_TYPES = _DECODER_TYPES | dict(use_sliding_window="bool", sliding_window="int?", max_window_layers="int",
+                                     layer_types="strings?")
+TYPES: dict[str, dict[str, str]] = {
+    "gpt2": dict(vocab_size="size", n_positions="size", n_embd="size", n_layer="size", n_head="size",
+                 n_inner="size?", activation_function="str", add_cross_attention="bool", tie_word_embeddings="bool"),
+    "bert": dict(vocab_size="size", hidden_size="size", num_hidden_layers="size", num_attention_heads="size",
+                 intermediate_size="size", hidden_act="str", max_position_embeddings="size", type_vocab_size="count",
+                 is_decoder="bool", add_cross_attention="bool", position_embedding_type="str"),
+    "llama": _DECODER_TYPES | dict(attention_bias="bool", mlp_bias="bool"),
+    "mistral": _DECODER_TYPES | dict(sliding_window="int?"),
+    "mixtral": _DECODER_TYPES | dict(sliding_window="int?", num_experts_per_tok="size", num_local_experts="int"),
+    "qwen2": _QWEN2_TYPES,
+    "qwen2_moe": _QWEN2_TYPES | dict(decoder_sparse_step="size", moe_intermediate_size="size",
+                                     shared_expert_intermediate_size="count", num_experts_per_tok="size",
+                                     num_experts="int", mlp_only_layers="integers?", qkv_bias="bool"),
+    "t5": dict(vocab_size="size", d_model="size", d_kv="size", d_ff="size", num_layers="size",
+               num_decoder_layers="size?", num_heads="size", relative_attention_num_buckets="size",
+               feed_forward_proj="str", tie_word_embeddings="bool"),
+    "bart": dict(vocab_size="size", max_position_embeddings="size", encoder_layers="size", encoder_ffn_dim="size",
+                 encoder_attention_heads="size", decoder_layers="size", decoder_ffn_dim="size",
+                 decoder_attention_heads="size", activation_function="str", d_model="size",
+                 tie_word_embeddings="bool"),
+}
+COMMON_TYPES = {"_name_or_path": "str?"}  # model_type is checked first: it picks the mapper
+
+_Size = Annotated[StrictInt, Field(gt=0)]
+_Count = Annotated[StrictInt, Field(ge=0)]
+# kind -> (strict pydantic validator, what a value of the wrong type is told, what one out of range is told)
+KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
+    "bool": (TypeAdapter(StrictBool), "a boolean (true or false)", ""),
+    "int": (TypeAdapter(StrictInt), "an integer", ""),
+    "int?": (TypeAdapter(StrictInt | None), "an integer or null", ""),
+    "size": (TypeAdapter(_Size), "an integer", "a positive integer"),
+    "size?": (TypeAdapter(_Size | None), "an integer or null", "a positive integer or null"),
+    "count": (TypeAdapter(_Count), "an integer", "an integer >= 0"),
+    "str": (TypeAdapter(StrictStr), "a string", ""),
+    "str?": (TypeAdapter(StrictStr | None), "a string or null", ""),
+    "integers?": (TypeAdapter(list[StrictInt] | None), "a list of integers or null", ""),
+    "strings?": (TypeAdapter(list[StrictStr] | None), "a list of strings or null", ""),
+    "object?": (TypeAdapter(dict[str, Any] | None), "an object or null", ""),
+}
+_RANGE_ERRORS = {"greater_than", "greater_than_equal"}
+
 # transformers' ACT2FN names -> ModelSpec.activation
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                "relu": "relu", "silu": "silu", "swish": "silu"}
 
 
 def find_config(path: str | Path) -> Path:
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise TfcalcError(f"{path}: no such file (give a config.json or a folder holding one)")
-    return path
+    """The config.json at `path`, or in the folder `path`."""
+    path = as_path(path, "Hugging Face config")
+    for candidate in (path, path / "config.json"):
+        try:
+            if not stat.S_ISDIR(os.stat(candidate).st_mode):
+                return candidate
+        except (FileNotFoundError, NotADirectoryError):
+            raise TfcalcError(f"{candidate}: no such file (give a config.json or a folder holding one)") from None
+        except OSError:
+            return candidate  # read_text_file says what is wrong with it
+    return path / "config.json"  # a folder named config.json in a folder: read_text_file refuses it by name
 
 
 def read_hf_config(path: str | Path) -> SpecFile:
     """The ModelSpec of a Hugging Face config.json (or a folder holding one)."""
     path = find_config(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise TfcalcError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TfcalcError(f"{path}: cannot read: {e}") from None
+    raw = parse_json(path, read_text_file(path, "Hugging Face config"))
     if not isinstance(raw, dict):
         raise TfcalcError(f"{path}: expected a JSON object, got {type(raw).__name__}")
     model_type = raw.get("model_type")
+    if not isinstance(model_type, (str, type(None))):
+        raise TfcalcError(f"{path}: model_type={show(model_type)}: expected a string, one of: {', '.join(SUPPORTED)}")
     if model_type not in DEFAULTS:
-        raise TfcalcError(f"{path}: model_type={model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
-    cfg = {**DEFAULTS[model_type], **raw}
+        raise TfcalcError(f"{path}: model_type={show(model_type)} is not supported; supported: {', '.join(SUPPORTED)}")
+    types = COMMON_TYPES | TYPES[model_type]
+    given = {**DEFAULTS[model_type], **raw}
+    problems = [f"{path}: {line}" for key, kind in types.items() if key in given
+                for line in check_type(key, given[key], kind)]
+    if problems:
+        raise TfcalcError("\n".join(problems))
+    cfg = {key: given[key] for key in types if key in given}  # a mapper reads only fields whose type is checked
     notes: list[str] = []
     try:
         fields = _MAPPERS[model_type](cfg, notes)
     except _Unmodelled as e:
         raise TfcalcError(f"{path}: {e}; supported: the standard {model_type} architecture") from None
-    except (TypeError, ValueError) as e:
-        raise TfcalcError(f"{path}: {e}") from None
     max_positions = fields.pop("context")
     seq_len = min(max_positions, SEQ_LEN_CAP)
     if seq_len < max_positions:
         notes.append(f"seq_len capped at {SEQ_LEN_CAP:,} (max_position_embeddings={max_positions:,}); "
                      "use --seq-len to change it")
     fields.setdefault("seq_len", seq_len)
-    name = raw.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or model_type
+    name = cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or model_type
     try:
-        spec = ModelSpec.model_validate({"name": str(name), **fields})
+        spec = ModelSpec.model_validate({"name": name, **fields})
     except ValidationError as e:
         raise TfcalcError("\n".join(f"{path}: {line}" for line in validation_lines(e))) from None
     source = f"Hugging Face config {path} (model_type {model_type})" + "".join(f"; {n}" for n in notes)
     return SpecFile(spec, spec.name, f"{model_type} from config.json", source)
 
 
+def check_type(key: str, value: Any, kind: str) -> list[str]:
+    """['key=value: expected ...'] when `value` is not of `kind` (KINDS), strictly; else []."""
+    adapter, expected, in_range = KINDS[kind]
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError as e:
+        out_of_range = all(err["type"] in _RANGE_ERRORS or err["type"] == "none_required" for err in e.errors())
+        return [f"{key}={show(value)}: expected {in_range if out_of_range and in_range else expected}"]
+    return []
+
+
+def show(value: Any, width: int = 80) -> str:
+    """repr(value), cut to `width` characters: a message names the value without repeating a whole file."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<a {type(value).__name__} nested too deeply to show>"
+    except ValueError:  # an integer beyond Python's digit limit for str()
+        text = f"<an integer of {value.bit_length():,} bits>"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 class _Unmodelled(Exception):
     pass
 
 
-def _int(cfg: dict, key: str) -> int:
-    value = cfg[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key}={value!r}: expected an integer")
-    return value
-
+# The mappers below read `cfg`: DEFAULTS laid under the file's fields, each of its JSON type (TYPES), checked.
+# They read values as they are: no bool(), int() or truthiness that would turn "false" into True.
 
 def _activation(cfg: dict, key: str) -> str:
     value = cfg[key]
     if value not in ACTIVATIONS:
-        raise _Unmodelled(f"{key}={value!r} is not modelled (known: {', '.join(ACTIVATIONS)})")
+        raise _Unmodelled(f"{key}={show(value)} is not modelled (known: {', '.join(ACTIVATIONS)})")
     return ACTIVATIONS[value]
 
 
 def _refuse_if(cfg: dict, key: str, bad: bool, why: str) -> None:
     if bad:
-        raise _Unmodelled(f"{key}={cfg.get(key)!r} is not modelled: {why}")
+        raise _Unmodelled(f"{key}={show(cfg.get(key))} is not modelled: {why}")
 
 
 def _gpt2(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "add_cross_attention", cfg["add_cross_attention"], "cross-attention adds layers")
-    n_embd = _int(cfg, "n_embd")
-    return dict(n_layers=_int(cfg, "n_layer"), d_model=n_embd, n_heads=_int(cfg, "n_head"),
+    _refuse_if(cfg, "add_cross_attention", cfg["add_cross_attention"] is True, "cross-attention adds layers")
+    n_embd = cfg["n_embd"]
+    return dict(n_layers=cfg["n_layer"], d_model=n_embd, n_heads=cfg["n_head"],
                 d_ff=cfg["n_inner"] if cfg["n_inner"] is not None else 4 * n_embd,
-                vocab_size=_int(cfg, "vocab_size"), max_positions=_int(cfg, "n_positions"),
-                activation=_activation(cfg, "activation_function"), tie_embeddings=bool(cfg["tie_word_embeddings"]),
-                context=_int(cfg, "n_positions"))
+                vocab_size=cfg["vocab_size"], max_positions=cfg["n_positions"],
+                activation=_activation(cfg, "activation_function"), tie_embeddings=cfg["tie_word_embeddings"],
+                context=cfg["n_positions"])
 
 
 def _bert(cfg: dict, notes: list[str]) -> dict:
     # transformers 4 read this field (transformers 5 dropped it and supports absolute positions alone)
     _refuse_if(cfg, "position_embedding_type", cfg.get("position_embedding_type", "absolute") != "absolute",
                "relative position embeddings add a distance table")
-    _refuse_if(cfg, "add_cross_attention", cfg["add_cross_attention"], "cross-attention adds layers")
-    positions = _int(cfg, "max_position_embeddings")
-    return dict(n_layers=_int(cfg, "num_hidden_layers"), d_model=_int(cfg, "hidden_size"),
-                n_heads=_int(cfg, "num_attention_heads"), d_ff=_int(cfg, "intermediate_size"),
-                vocab_size=_int(cfg, "vocab_size"), max_positions=positions, activation=_activation(cfg, "hidden_act"),
-                n_token_types=_int(cfg, "type_vocab_size"), embedding_norm=True, norm_position="post",
-                final_norm=False, pooler=True, causal=bool(cfg["is_decoder"]), lm_head=False, context=positions)
+    _refuse_if(cfg, "add_cross_attention", cfg["add_cross_attention"] is True, "cross-attention adds layers")
+    positions = cfg["max_position_embeddings"]
+    return dict(n_layers=cfg["num_hidden_layers"], d_model=cfg["hidden_size"],
+                n_heads=cfg["num_attention_heads"], d_ff=cfg["intermediate_size"],
+                vocab_size=cfg["vocab_size"], max_positions=positions, activation=_activation(cfg, "hidden_act"),
+                n_token_types=cfg["type_vocab_size"], embedding_norm=True, norm_position="post",
+                final_norm=False, pooler=True, causal=cfg["is_decoder"], lm_head=False, context=positions)
 
 
 def _decoder(cfg: dict, notes: list[str]) -> dict:
     """The LLaMA family: pre-norm RMSNorm, gated MLP, rotary positions, GQA; shared by all decoders below."""
-    heads = _int(cfg, "num_attention_heads")
-    fields = dict(n_layers=_int(cfg, "num_hidden_layers"), d_model=_int(cfg, "hidden_size"), n_heads=heads,
-                  n_kv_heads=_int(cfg, "num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads,
-                  d_ff=_int(cfg, "intermediate_size"), vocab_size=_int(cfg, "vocab_size"), mlp="gated",
+    heads = cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads")
+    fields = dict(n_layers=cfg["num_hidden_layers"], d_model=cfg["hidden_size"], n_heads=heads,
+                  n_kv_heads=kv_heads if kv_heads is not None else heads,
+                  d_ff=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], mlp="gated",
                   activation=_activation(cfg, "hidden_act"), norm="rmsnorm", positions="rotary", bias=False,
-                  tie_embeddings=bool(cfg["tie_word_embeddings"]), context=_int(cfg, "max_position_embeddings"))
+                  tie_embeddings=cfg["tie_word_embeddings"], context=cfg["max_position_embeddings"])
     if cfg.get("head_dim") is not None:
-        fields["d_head"] = _int(cfg, "head_dim")
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if scaling:
+        fields["d_head"] = cfg["head_dim"]
+    if any(cfg.get(key) not in (None, {}) for key in ("rope_scaling", "rope_parameters")):
         notes.append("rope scaling/parameters read: they change rotary frequencies, not shapes or counts")
     return fields
 
 
 def _llama(cfg: dict, notes: list[str]) -> dict:
     fields = _decoder(cfg, notes)
-    fields |= dict(bias=bool(cfg["attention_bias"]), mlp_bias=bool(cfg["mlp_bias"]))
+    fields |= dict(bias=cfg["attention_bias"], mlp_bias=cfg["mlp_bias"])
     return fields
 
 
@@ -180,7 +257,7 @@ def _window(cfg: dict, fields: dict, notes: list[str], pattern: list[str] | None
     layers = L if pattern is None and last is None else last if last is not None else pattern.count("local")
     if window is None or not layers:
         return
-    fields["sliding_window"] = _int(cfg, "sliding_window")
+    fields["sliding_window"] = window
     if pattern is not None:
         fields["attention_pattern"] = pattern
     elif last is not None:
@@ -196,25 +273,47 @@ def _mistral(cfg: dict, notes: list[str]) -> dict:
 
 
 def _mixtral(cfg: dict, notes: list[str]) -> dict:
+    experts = cfg["num_local_experts"]
+    # transformers' MixtralSparseMoeBlock builds a router (num_local_experts x hidden_size) and stacked expert weights
+    # for any number of experts; ModelSpec's n_experts=1 is a dense MLP with no router
+    _refuse_if(cfg, "num_local_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
+               "builds a router even for 1 expert, which a dense MLP has not")
     fields = _mistral(cfg, notes)
-    fields |= dict(n_experts=_int(cfg, "num_local_experts"), top_k=_int(cfg, "num_experts_per_tok"))
+    fields |= dict(n_experts=experts, top_k=cfg["num_experts_per_tok"])
     return fields
 
 
+QWEN_LAYER_TYPES = ("full_attention", "sliding_attention")
+PATTERN_LIMIT = 65_536  # blocks a per-block attention pattern is written for (a config's rule, not its file)
+
+
 def _qwen_window(cfg: dict, fields: dict, notes: list[str], alternating: bool) -> None:
-    """Blocks with sliding attention, by `layer_types` when given, else by transformers' rule for the type."""
+    """Blocks with sliding attention, by `layer_types` when given, else by transformers' rule for the type.
+
+    transformers keeps sliding_window only with use_sliding_window=true (Qwen2 sets it to None, Qwen2-MoE to 0)."""
     L = fields["n_layers"]
-    if cfg.get("layer_types"):
-        types = cfg["layer_types"]
-        _refuse_if(cfg, "layer_types", not isinstance(types, list) or len(types) != L,
-                   f"expected a list of num_hidden_layers={L} entries")
+    window_on = cfg["use_sliding_window"] is True and cfg.get("sliding_window") is not None
+    types = cfg.get("layer_types")
+    if types is not None:
+        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
+        unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
+        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
+                   f"{', '.join(QWEN_LAYER_TYPES)}")
+        _refuse_if(cfg, "layer_types", "sliding_attention" in types and not window_on,
+                   f"sliding_attention blocks need use_sliding_window=true and a sliding_window (got "
+                   f"use_sliding_window={show(cfg['use_sliding_window'])}, sliding_window="
+                   f"{show(cfg.get('sliding_window'))}): transformers then has no window for them")
         return _window(cfg, fields, notes, ["local" if t == "sliding_attention" else "global" for t in types])
-    if not cfg["use_sliding_window"] or cfg.get("sliding_window") is None:
+    if not window_on:
         return None
-    limit = _int(cfg, "max_window_layers")
+    limit = cfg["max_window_layers"]
     if alternating:  # Qwen2-MoE: every other block below max_window_layers
+        if limit >= L:  # block i local when i is even: a cycle of two
+            return _window(cfg, fields, notes, ["local", "global"] if L > 1 else ["local"])
+        _refuse_if(cfg, "num_hidden_layers", L > PATTERN_LIMIT, f"with use_sliding_window=true and max_window_layers="
+                   f"{limit}, tfcalc writes the windowed blocks per block, for at most {PATTERN_LIMIT:,} blocks")
         return _window(cfg, fields, notes, ["local" if (i + 1) % 2 and i < limit else "global" for i in range(L)])
-    return _window(cfg, fields, notes, last=max(0, L - limit))  # Qwen2: the blocks from max_window_layers on
+    return _window(cfg, fields, notes, last=min(L, max(0, L - limit)))  # Qwen2: the blocks from max_window_layers on
 
 
 def _qwen2(cfg: dict, notes: list[str]) -> dict:
@@ -224,17 +323,20 @@ def _qwen2(cfg: dict, notes: list[str]) -> dict:
 
 
 def _qwen2_moe(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "mlp_only_layers", bool(cfg["mlp_only_layers"]),
+    _refuse_if(cfg, "mlp_only_layers", cfg["mlp_only_layers"] not in (None, []),
                "a list of dense blocks; tfcalc models the first k (first_dense_layers) or every n-th "
                "(decoder_sparse_step)")
+    experts = cfg["num_experts"]
+    _refuse_if(cfg, "num_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers builds "
+               "a router even for 1 expert, and dense blocks for 0")
     fields = _decoder(cfg, notes)
-    shared = _int(cfg, "shared_expert_intermediate_size")
+    shared = cfg["shared_expert_intermediate_size"]
     _refuse_if(cfg, "shared_expert_intermediate_size", shared == 0,
                "transformers keeps the shared expert's gate even with no shared expert width")
-    fields |= dict(qkv_bias=bool(cfg["qkv_bias"]), n_experts=_int(cfg, "num_experts"),
-                   top_k=_int(cfg, "num_experts_per_tok"), d_expert=_int(cfg, "moe_intermediate_size"))
+    fields |= dict(qkv_bias=cfg["qkv_bias"], n_experts=experts,
+                   top_k=cfg["num_experts_per_tok"], d_expert=cfg["moe_intermediate_size"])
     fields |= dict(n_shared_experts=1, d_shared_expert=shared, shared_expert_gate=True)
-    step = _int(cfg, "decoder_sparse_step")
+    step = cfg["decoder_sparse_step"]
     if step != 1:
         fields["moe_every"] = step
     _qwen_window(cfg, fields, notes, alternating=True)
@@ -249,17 +351,17 @@ def _t5(cfg: dict, notes: list[str]) -> dict:
     gated = proj.startswith("gated-")
     # transformers: gated-gelu runs gelu_new (the tanh approximation)
     activation = "gelu_tanh" if proj == "gated-gelu" else proj.removeprefix("gated-")
-    layers = _int(cfg, "num_layers")
-    decoder = _int(cfg, "num_decoder_layers") if cfg["num_decoder_layers"] is not None else layers
+    layers = cfg["num_layers"]
+    decoder = cfg["num_decoder_layers"] if cfg["num_decoder_layers"] is not None else layers
     tie = cfg.get("tie_word_embeddings", True)
     if tie is False:
         notes.append("tie_word_embeddings=false: the head is counted untied, as the v1.1/FLAN checkpoints hold it "
                      "(transformers 5 builds T5 from a config with a tied head: vocab_size x d_model fewer)")
-    return dict(n_encoder_layers=layers, n_layers=decoder, d_model=_int(cfg, "d_model"),
-                n_heads=_int(cfg, "num_heads"), d_head=_int(cfg, "d_kv"), d_ff=_int(cfg, "d_ff"),
-                vocab_size=_int(cfg, "vocab_size"), mlp="gated" if gated else "standard", activation=activation,
+    return dict(n_encoder_layers=layers, n_layers=decoder, d_model=cfg["d_model"],
+                n_heads=cfg["num_heads"], d_head=cfg["d_kv"], d_ff=cfg["d_ff"],
+                vocab_size=cfg["vocab_size"], mlp="gated" if gated else "standard", activation=activation,
                 norm="rmsnorm", norm_position="pre", final_norm=True, bias=False, positions="relative",
-                relative_attention_buckets=_int(cfg, "relative_attention_num_buckets"), tie_embeddings=tie is not False,
+                relative_attention_buckets=cfg["relative_attention_num_buckets"], tie_embeddings=tie,
                 context=512)
 
 
@@ -267,14 +369,14 @@ def _bart(cfg: dict, notes: list[str]) -> dict:
     """BART: post-norm, biases, learned positions with an offset of 2 rows, a norm after each embedding."""
     for field in ("attention_heads", "ffn_dim"):
         _refuse_if(cfg, f"decoder_{field}", cfg[f"encoder_{field}"] != cfg[f"decoder_{field}"],
-                   f"encoder_{field}={cfg[f'encoder_{field}']!r} differs; tfcalc gives both stacks one width")
+                   f"encoder_{field}={show(cfg[f'encoder_{field}'])} differs; tfcalc gives both stacks one width")
     _refuse_if(cfg, "tie_word_embeddings", cfg["tie_word_embeddings"] is not True,
                "transformers then unties the encoder's, the decoder's and the head's tables from the shared one")
-    positions = _int(cfg, "max_position_embeddings")
+    positions = cfg["max_position_embeddings"]
     notes.append("learned positions: max_position_embeddings + 2 rows per stack (BART's offset)")
-    return dict(n_encoder_layers=_int(cfg, "encoder_layers"), n_layers=_int(cfg, "decoder_layers"),
-                d_model=_int(cfg, "d_model"), n_heads=_int(cfg, "encoder_attention_heads"),
-                d_ff=_int(cfg, "encoder_ffn_dim"), vocab_size=_int(cfg, "vocab_size"), positions="learned",
+    return dict(n_encoder_layers=cfg["encoder_layers"], n_layers=cfg["decoder_layers"],
+                d_model=cfg["d_model"], n_heads=cfg["encoder_attention_heads"],
+                d_ff=cfg["encoder_ffn_dim"], vocab_size=cfg["vocab_size"], positions="learned",
                 max_positions=positions + 2, embedding_norm=True, norm="layernorm", norm_position="post",
                 final_norm=False, bias=True, activation=_activation(cfg, "activation_function"), context=positions)
 

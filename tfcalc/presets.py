@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 
 from .errors import TfcalcError
-from .loading import SpecFile, read_spec_file
+from .loading import SpecFile, read_spec_file, read_text_file
 from .spec import ModelSpec
 
 
@@ -36,6 +36,8 @@ def list_presets() -> list[SpecFile]:
 
 def find_preset(name: str) -> SpecFile:
     """The preset called `name` (or with `name` among its aliases); unknown names suggest the nearest ones."""
+    if not isinstance(name, str):
+        raise TfcalcError(f"preset name must be a string, got {type(name).__name__}")
     files = _files()
     key = name.lower()
     if key in files:
@@ -43,7 +45,7 @@ def find_preset(name: str) -> SpecFile:
     for path in files.values():
         # Only a file that spells the alias as a quoted string can hold it: parse just those (start-up time).
         # tests/test_presets.py holds every alias of every preset to finding it this way.
-        if f'"{key}"' in path.read_text(encoding="utf-8").lower() and key in _read(path).aliases:
+        if f'"{key}"' in read_text_file(path, "preset file").lower() and key in _read(path).aliases:
             return _read(path)
     names = list(files) + [a for p in list_presets() for a in p.aliases]
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)

@@ -7,7 +7,6 @@ derived (`-p gpt2 -d 1024 -H 16 --d-ff 3072` keeps d_ff 3072 instead of re-deriv
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from pydantic import ValidationError
 
 from .arch import Workload, default_workload
 from .errors import TfcalcError, validation_lines
-from .loading import read_spec_file
+from .loading import parse_json, read_spec_file, read_text_file
 from .presets import find_preset
 from .spec import ModelSpec
 
@@ -79,8 +78,9 @@ def model_arg(name: str) -> tuple[str | None, Path | None, Path | None]:
         return None, None, path
     if name.lower().endswith(".json") and path.is_file():
         try:
-            is_hf = "model_type" in json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError, TypeError):
+            doc = parse_json(path, read_text_file(path, "spec file or config.json"))
+            is_hf = isinstance(doc, dict) and "model_type" in doc
+        except TfcalcError:
             is_hf = False  # read_spec_file reports what is wrong with it
         return (None, None, path) if is_hf else (None, path, None)
     if name.lower().endswith((".toml", ".json")) or path.is_file():
