@@ -85,3 +85,56 @@ def test_flags_either_count_exactly_or_fail_in_one_line_each(invocation):
                                                              "n_encoder_layers", "first_dense_layers", "moe_every")):
         # only the workload (and layout-free fields) changed: the parameters are the preset's
         assert d["params"]["total"] == count(load_preset(args[args.index("-p") + 1])).params.total
+
+
+# ---- spec files: random values in random fields -------------------------------------------------------------
+
+import tomllib  # noqa: E402
+
+from tfcalc.loading import read_spec_file  # noqa: E402
+from tfcalc import TfcalcError  # noqa: E402
+
+TOML_VALUES = st.one_of(
+    st.integers(-3, 2**70), st.sampled_from([10**499, 10**500]), st.booleans(), st.floats(allow_nan=False),
+    st.text(max_size=20), st.lists(st.integers(0, 3), max_size=3), st.sampled_from(["false", "true", "12", "gated"]))
+FIELDS = sorted(ModelSpec.model_fields)
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else "0.5"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    return str(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from(FIELDS + ["unknown_field"]), TOML_VALUES, max_size=4),
+       preset_style=st.booleans())
+def test_spec_files_either_count_or_fail_in_one_line_each(tmp_path_factory, fields, preset_style):
+    base = {"n_layers": 2, "d_model": 32, "n_heads": 4, "vocab_size": 50, "seq_len": 8}
+    body = "\n".join(f"{k} = {_toml(v)}" for k, v in {**base, **fields}.items())
+    text = f'name = "fuzz"\n[model]\n{body}\n' if preset_style else body + "\n"
+    path = tmp_path_factory.mktemp("spec") / "fuzz.toml"
+    path.write_text(text)
+    try:
+        spec = read_spec_file(path).spec
+    except TfcalcError as e:
+        assert all(line.startswith(str(path)) for line in str(e).splitlines())
+        spec = None
+    r = runner.invoke(app, ["count", "--spec", str(path), "--json"])
+    assert "Traceback" not in r.output and r.exit_code in (0, 2), (text, r.output, r.exception)
+    if r.exit_code == 2:
+        assert all(line.startswith("tfcalc: error: ") for line in r.output.strip().splitlines())
+        return
+    assert spec is not None
+    written = tomllib.loads(text)
+    written = written.get("model", written)
+    d = json.loads(r.output)
+    for field, value in written.items():  # kept as written: strict types, no coercion
+        assert d["spec"][field] == value and type(d["spec"][field]) is type(value)
+    assert d["params"]["total"] == count(spec).params.total

@@ -36,7 +36,7 @@ def validation_lines(err: ValidationError, where: Callable[[str], str] = lambda 
     for e in err.errors(include_url=False):
         msg = e["msg"].removeprefix("Value error, ")
         if not e["loc"]:  # a check across fields: its message names the fields and values itself
-            lines.extend(msg.splitlines())
+            lines.extend(f"{where('')}{line}" for line in msg.splitlines())
             continue
         field = ".".join(str(part) for part in e["loc"])
         value = "(missing)" if e["type"] == "missing" else _shown(e["input"])
