@@ -47,8 +47,9 @@ class _Group(TyperGroup):
             _fail(["interrupted"], EXIT_INTERRUPTED)
         except _CliError as e:  # click's usage errors: bad flag, bad value, missing argument
             # a bare `tfcalc` raises one with an empty message, after printing the help
+            names = [c.name for c in app.registered_commands]
             message = e.format_message().replace("Value error, ", "") or (
-                "give a command: count, compare, check, profile or presets (tfcalc --help)")
+                f"give a command: {', '.join(names[:-1])} or {names[-1]} (tfcalc --help)")
             _fail(message.splitlines(), getattr(e, "exit_code", EXIT_BAD_INPUT))
         except (TfcalcError, ValidationError) as e:
             _fail(validation_lines(e) if isinstance(e, ValidationError) else str(e).splitlines(), EXIT_BAD_INPUT)
@@ -405,6 +406,44 @@ def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, 
         return profile(spec, device=device, dtype=dtype, mode=mode, warmup=warmup, repeat=repeat, compile=compile_,
                        layers=layers, memory_budget=memory_budget, tune_allocator=tune_allocator,
                        on_step=lambda kind: progress.advance(task))
+
+
+@app.command("memory")
+@spec_flags
+def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
+               phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
+               tgt_len: TgtLenOpt = None,
+               dtype: Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, or weight-only fp8, "
+                                                                  "int8, int4.")] = "bf16",
+               kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help=(
+                   "KV cache: fp32, bf16, fp16, fp8 or int8 (default: the weights' for fp32/bf16/fp16, else "
+                   "bf16)."))] = None,
+               gpu: Annotated[Optional[str], typer.Option("--gpu", help="A GPU by name (h100-sxm, a100-80gb, ...): "
+                                                                        "does it fit, and how many sequences.")]
+               = None,
+               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Inference memory: weights by dtype, the KV cache of the workload (decode by default), what fits on a GPU."""
+    from .plan.memory import inference_memory
+
+    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    workload = workload_for(model_spec, (phase and phase.value) or "decode", context, src_len, tgt_len,
+                            overrides.get("seq_len"))
+    capacity = name = None
+    if gpu is not None:
+        from .plan.gpus import lookup
+
+        card = lookup(gpu)
+        capacity, name = card.memory_bytes, card.name
+    m = inference_memory(model_spec, workload, dtype, kv_dtype, capacity, name)
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({"spec": model_spec.model_dump(), **m.to_dict()}))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["figure", "value"], render.flatten(m.to_dict())), nl=False)
+    else:
+        header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
+                  f"workload: {render.describe_workload(workload)}"]
+        _print_tables([render.memory_table(m)], fmt, header)
 
 
 @app.command("presets")

@@ -289,6 +289,25 @@ def compare_table(results: list[CountResult], labels: list[str], readable: bool)
                  by_column="model")
 
 
+def memory_table(m) -> Table:
+    """A plan.memory.InferenceMemory: bytes exact, and in binary units (GiB = 2^30 bytes)."""
+    w = m.workload
+    rows = [["weights", f"{m.dtype}", exact(m.weights_bytes), binary_bytes(m.weights_bytes)]]
+    for name, value in m.kv_cache.items():
+        rows.append([f"KV cache: {name}", m.kv_dtype, exact(value), binary_bytes(value)])
+    rows += [["KV cache per token", f"{m.kv_dtype}, one sequence", exact(m.kv_bytes_per_token),
+              binary_bytes(m.kv_bytes_per_token)],
+             ["total (weights + KV cache)", "", exact(m.total_bytes), binary_bytes(m.total_bytes)]]
+    if m.capacity_bytes is not None:
+        rows += [[f"GPU: {m.gpu_name}", "memory", exact(m.capacity_bytes), binary_bytes(m.capacity_bytes)],
+                 ["fits", "", "yes" if m.fits else "no", ""],
+                 [f"sequences of {w.keys:,} tokens", "beside the weights", exact(m.max_sequences or 0), ""]]
+    caption = (f"{w.phase}: B={w.batch_size}, {w.keys:,} tokens per sequence in the cache after the step. Weights and "
+               "KV cache only: activations and the runtime's own memory are not counted (docs/planning.md).")
+    return Table("Inference memory", ["", "dtype", "bytes", "readable"], rows, caption, right={2, 3},
+                 optional=[3], label_columns=1)
+
+
 def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
     rows = [[name, desc, human(r.params.total), human(r.params.active) if r.params.active != r.params.total else "",
              f"{r.spec.seq_len:,}", sci(r.flops.forward), source]

@@ -101,8 +101,10 @@ def embedding(ctx: Ctx) -> list[Op]:
 
 def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask) -> AttentionCore:
     spec = ctx.spec
-    # q: [B, H, s_q, dh] @ k^T: [B, H, dh, s_k]; probs: [B, H, s_q, s_k] @ v: [B, H, s_k, dh]
-    return AttentionCore(ctx.name(component), ctx.b, spec.n_heads, s_q, s_k, spec.d_head, spec.d_head, mask)
+    cached = ctx.stack.name != "encoder" and spec.causal  # a decoder keeps its keys and values for the next step
+    # q: [B, H, s_q, dh] @ k^T: [B, H, dh, s_k]; probs: [B, H, s_q, s_k] @ v: [B, H, s_k, dh]; k, v from Hkv heads
+    return AttentionCore(ctx.name(component), ctx.b, spec.n_heads, s_q, s_k, spec.d_head, spec.d_head, mask,
+                         spec.n_kv_heads, cached)
 
 
 @builder("attention")

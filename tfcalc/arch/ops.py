@@ -44,7 +44,10 @@ class Mask:
 
 @dataclass(frozen=True, slots=True)
 class AttentionCore:
-    """scores = q [b, h, s_q, d_qk] @ k^T [b, h, d_qk, s_k]; out = probs [b, h, s_q, s_k] @ v [b, h, s_k, d_v]."""
+    """scores = q [b, h, s_q, d_qk] @ k^T [b, h, d_qk, s_k]; out = probs [b, h, s_q, s_k] @ v [b, h, s_k, d_v].
+
+    The keys and values come from `h_kv` heads (GQA, MQA: h_kv < h). `cached`: an inference step keeps them in a
+    KV cache (a decoder's self-attention and its cross-attention; not an encoder's)."""
 
     component: str
     b: int
@@ -54,6 +57,12 @@ class AttentionCore:
     d_qk: int
     d_v: int
     mask: Mask
+    h_kv: int = 0  # 0: h (one key/value head per query head)
+    cached: bool = False
+
+    @property
+    def kv_heads(self) -> int:
+        return self.h_kv or self.h
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,32 @@ def masked_attention(inv: Inventory, windows: bool) -> Breakdown:
     return Breakdown(c)
 
 
+def kv_cache(inv: Inventory) -> Breakdown:
+    """Elements in the KV cache after the step, per component: for every cached attention, keys [b, kv heads,
+    tokens, d_qk] and values [b, kv heads, tokens, d_v], where tokens are the keys attended to (the context and the
+    new tokens; the encoder's tokens for cross-attention), at most the window for a sliding-window layer (a ring
+    buffer keeps the last `window` keys)."""
+    c: dict[str, int] = defaultdict(int)
+    for op, repeat in inv:
+        if isinstance(op, AttentionCore) and op.cached:
+            tokens = op.s_k if op.mask.window is None else min(op.s_k, op.mask.window)
+            c[op.component] += repeat * op.b * op.kv_heads * tokens * (op.d_qk + op.d_v)
+    return Breakdown(c)
+
+
+def kv_per_token(inv: Inventory) -> int:
+    """KV-cache elements one more token of one sequence adds: keys and values of every cached self-attention layer
+    (a window caps the total, not this figure; cross-attention caches the encoder's tokens, not the decoder's)."""
+    return sum(repeat * op.kv_heads * (op.d_qk + op.d_v) for op, repeat in inv
+               if isinstance(op, AttentionCore) and op.cached and op.mask.causal)
+
+
+def matmul_weights(inv: Inventory) -> int:
+    """Parameters in the weight matrices of linear layers (an untied head's included; a tied head's matrix is the
+    token table). The rest are tables, norms and biases."""
+    return sum(repeat * op.weights * op.k * op.n for op, repeat in inv if isinstance(op, Matmul))
+
+
 def has_window(inv: Inventory) -> bool:
     return any(isinstance(op, AttentionCore) and op.mask.window is not None for op, _ in inv)
 

@@ -1,0 +1,119 @@
+"""Inference memory: the KV cache per token and for a workload (GQA, MQA, windows, cross-attention), the weights
+by dtype, and what fits. Published figures, or the arithmetic shown."""
+
+import pytest
+
+from tfcalc import ModelSpec, TfcalcError, Workload, count, load_preset
+from tfcalc.plan.memory import inference_memory, weights_bytes
+
+DECODE_8K = Workload(phase="decode", seq_len=1, context=8191)
+
+
+def test_opt_13b_is_800_kb_a_token_as_vllm_says():
+    # Kwon et al. 2023 (vLLM), sec. 3: "2 (key and value vectors) x 5120 (hidden state size) x 40 (number of
+    # layers) x 2 (bytes per FP16) = 800 KB" (819,200 bytes: KiB)
+    opt_13b = ModelSpec(n_layers=40, d_model=5120, n_heads=40, vocab_size=50272, seq_len=2048, max_positions=2050,
+                        activation="relu")
+    m = inference_memory(opt_13b, Workload(phase="decode", seq_len=1, context=2047), dtype="fp16")
+    assert m.kv_bytes_per_token == 2 * 5120 * 40 * 2 == 800 * 1024
+    assert m.kv_cache_bytes == 2048 * 819_200  # the context and the new token
+
+
+def test_gqa_shrinks_the_cache_by_the_group_and_a_window_caps_it():
+    llama3 = inference_memory(load_preset("llama3-8b"), DECODE_8K)
+    assert llama3.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2  # k and v, 32 layers, 8 kv heads of 128, bf16
+    mistral = inference_memory(load_preset("mistral-7b"), Workload(phase="decode", seq_len=1, context=32767))
+    assert mistral.kv_cache_bytes == 4096 * mistral.kv_bytes_per_token  # a 4,096-token ring buffer per layer
+    batch = inference_memory(load_preset("llama3-8b"), DECODE_8K.model_copy(update={"batch_size": 16}))
+    assert batch.kv_cache_bytes == 16 * 8192 * llama3.kv_bytes_per_token
+
+
+def test_local_and_global_layers_cap_only_the_local_ones():
+    spec = load_preset("llama3-8b").replace(sliding_window=1024, attention_pattern=["local", "local", "global"])
+    m = inference_memory(spec, DECODE_8K)
+    per_layer_token = 2 * 8 * 128 * 2
+    local, glob = 22, 10  # 32 blocks: pattern local, local, global from block 0
+    assert m.kv_cache_bytes == per_layer_token * (local * 1024 + glob * 8192)
+
+
+def test_an_encoder_decoder_caches_the_encoder_tokens_for_cross_attention():
+    m = inference_memory(load_preset("t5-small"), Workload(phase="decode", seq_len=1, context=99, src_len=512))
+    per_token_layer = 2 * 8 * 64 * 2  # k and v, 8 heads of 64, bf16
+    assert m.kv_cache.to_dict() == {"decoder/attention": 6 * 100 * per_token_layer,
+                                    "decoder/cross_attention": 6 * 512 * per_token_layer}
+    assert m.kv_bytes_per_token == 6 * per_token_layer  # the decoder's own tokens
+
+
+def test_weights_by_dtype():
+    spec = load_preset("llama2-7b")
+    params = count(spec).params.total
+    assert weights_bytes(spec, "fp32") == 4 * params and weights_bytes(spec, "bf16") == 2 * params
+    # int4 weight-only: the 32 x (4 D^2 + 3 D F) block matrices and the untied head at half a byte, the rest bf16
+    D, F, L, V = 4096, 11008, 32, 32000
+    matrices = L * (4 * D * D + 3 * D * F) + D * V
+    assert weights_bytes(spec, "int4") == matrices // 2 + 2 * (params - matrices)
+    assert weights_bytes(spec, "int8") == matrices + 2 * (params - matrices)
+
+
+def test_what_fits_next_to_the_weights():
+    spec = load_preset("llama3-8b")
+    capacity = 80 * 10**9
+    m = inference_memory(spec, DECODE_8K, capacity_bytes=capacity, gpu_name="80 GB")
+    per_sequence = 8192 * 131_072
+    assert m.max_sequences == (capacity - 2 * count(spec).params.total) // per_sequence
+    assert m.fits
+    too_many = inference_memory(spec, DECODE_8K.model_copy(update={"batch_size": m.max_sequences + 1}),
+                                capacity_bytes=capacity)
+    assert too_many.fits is False
+
+
+def test_training_workloads_and_unknown_dtypes_are_refused():
+    with pytest.raises(TfcalcError, match="phase 'prefill' or 'decode'"):
+        inference_memory(load_preset("gpt2"), Workload(seq_len=8))
+    with pytest.raises(TfcalcError, match="dtype='int3': expected one of"):
+        weights_bytes(load_preset("gpt2"), "int3")
+    with pytest.raises(TfcalcError, match="kv_dtype='int4': expected one of"):
+        inference_memory(load_preset("gpt2"), DECODE_8K.model_copy(update={"context": 10}), kv_dtype="int4")
+
+
+def test_the_memory_command():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["memory", "-p", "llama3-8b", "--context", "8192", "-B", "16", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["workload"]["phase"] == "decode" and d["workload"]["keys"] == 8193
+    assert d["kv_cache_bytes"] == 16 * 8193 * 131_072 and d["kv_bytes_per_token"] == 131_072
+    assert d["weights_bytes"] == 2 * 8_030_261_248
+    table = runner.invoke(app, ["memory", "-p", "llama3-8b", "--context", "8192", "-B", "16"])
+    assert "17,181,966,336" in table.output and "16.00 GiB" in table.output
+    for args, message in ((["--dtype", "int3"], "dtype='int3': expected one of"),
+                          (["--phase", "train"], "inference memory is for phase 'prefill' or 'decode'")):
+        bad = runner.invoke(app, ["memory", "-p", "gpt2", *args])
+        (line,) = bad.output.strip().splitlines()
+        assert bad.exit_code == 2 and line.startswith("tfcalc: error: ") and message in line
+
+
+def test_what_fits_on_a_named_gpu():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+    from tfcalc.plan.gpus import lookup
+
+    runner = CliRunner()
+    d = json.loads(runner.invoke(app, ["memory", "-p", "llama3-70b", "--dtype", "int4", "--gpu", "h100-sxm",
+                                       "--context", "32767", "--json"]).output)
+    h100 = lookup("h100-sxm").memory_bytes
+    assert d["capacity_bytes"] == h100 and d["gpu"] == lookup("h100-sxm").name
+    per_sequence = 32768 * 2 * 80 * 8 * 128 * 2  # tokens x (k and v) x 80 layers x 8 kv heads x 128 x bf16
+    assert d["kv_cache_bytes"] == per_sequence
+    assert d["max_sequences"] == (h100 - d["weights_bytes"]) // per_sequence
+    unknown = runner.invoke(app, ["memory", "-p", "gpt2", "--gpu", "h100-sxn"])
+    assert unknown.exit_code == 2 and "unknown GPU 'h100-sxn'; did you mean h100-sxm" in unknown.output

@@ -1,0 +1,111 @@
+"""Inference memory: the weights in a dtype, the KV cache of a workload, and how many sequences fit on a GPU.
+Folds over the op inventory; no torch.
+
+    >>> from tfcalc import load_preset, Workload
+    >>> m = inference_memory(load_preset("llama2-7b"), Workload(phase="decode", seq_len=1, context=4095))
+    >>> m.kv_bytes_per_token, m.kv_cache_bytes == 4096 * m.kv_bytes_per_token   # 2 x 32 layers x 4096 x 2 bytes
+    (524288, True)
+
+Conventions, stated once:
+- `dtype` is the weights': fp32 4 bytes, bf16/fp16 2, fp8/int8 1, int4 a half. fp8, int8 and int4 are weight-only
+  quantization of the linear layers' weight matrices; token, position and relative-bias tables, norms and biases
+  stay in 16 bits (as GPTQ/AWQ-style checkpoints keep them). The per-group scales of a quantized checkpoint are
+  not counted (about 2 bytes per group of 32-128 weights).
+- The KV cache holds keys and values of every cached attention (a decoder's self-attention, and its
+  cross-attention to the encoder's tokens) in `kv_dtype` (default: the weights' dtype for fp32, bf16 and fp16;
+  bf16 for quantized weights). A sliding-window layer keeps at most `window` tokens.
+- How many sequences fit counts the weights and the KV cache only: activations of the step and the runtime's own
+  memory (CUDA context, allocator slack; vLLM leaves 10% by default) are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil
+
+from ..arch import Workload, build, validate
+from ..counts import Breakdown, folds
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+
+DTYPE_BYTES: dict[str, Fraction] = {"fp32": Fraction(4), "bf16": Fraction(2), "fp16": Fraction(2),
+                                    "fp8": Fraction(1), "int8": Fraction(1), "int4": Fraction(1, 2)}
+QUANTIZED = ("fp8", "int8", "int4")
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
+
+
+def _dtype(value: str, field: str, allowed) -> str:
+    if value not in allowed:
+        raise TfcalcError(f"{field}={value!r}: expected one of {', '.join(allowed)}")
+    return value
+
+
+@dataclass(frozen=True)
+class InferenceMemory:
+    spec: ModelSpec
+    workload: Workload
+    dtype: str
+    kv_dtype: str
+    weights_bytes: int
+    kv_cache: Breakdown  # bytes per cached attention component, for the whole workload
+    kv_bytes_per_token: int  # one more token of one sequence, every layer (before a window caps the total)
+    capacity_bytes: int | None = None  # the GPU's memory, when one is named
+    gpu_name: str | None = None
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv_cache.total
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity_bytes is None else self.total_bytes <= self.capacity_bytes
+
+    @property
+    def max_sequences(self) -> int | None:
+        """Sequences of this workload's length whose KV cache fits beside the weights (None without a GPU)."""
+        if self.capacity_bytes is None:
+            return None
+        per_sequence = self.kv_cache_bytes // self.workload.batch_size
+        room = self.capacity_bytes - self.weights_bytes
+        return max(0, room) // per_sequence if per_sequence else None
+
+    def to_dict(self) -> dict:
+        return {
+            "workload": {**self.workload.model_dump(), "keys": self.workload.keys},
+            "dtype": self.dtype, "kv_dtype": self.kv_dtype,
+            "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
+            "kv_cache_components": self.kv_cache.to_dict(), "kv_bytes_per_token": self.kv_bytes_per_token,
+            "total_bytes": self.total_bytes, "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes,
+            "fits": self.fits, "max_sequences": self.max_sequences,
+        }
+
+
+def weights_bytes(spec: ModelSpec, dtype: str) -> int:
+    """Bytes of the weights in `dtype` (quantized dtypes: the linear layers' matrices only, the rest 16-bit)."""
+    _dtype(dtype, "dtype", tuple(DTYPE_BYTES))
+    inv = build(spec)
+    total = folds.params(inv).total
+    if dtype not in QUANTIZED:
+        return int(total * DTYPE_BYTES[dtype])
+    matrices = folds.matmul_weights(inv)
+    return ceil(matrices * DTYPE_BYTES[dtype]) + (total - matrices) * 2
+
+
+def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", kv_dtype: str | None = None,
+                     capacity_bytes: int | None = None, gpu_name: str | None = None) -> InferenceMemory:
+    """Weights and KV cache of `spec` on an inference `workload` (prefill or decode)."""
+    if not isinstance(workload, Workload) or workload.phase == "train":
+        raise TfcalcError("workload: inference memory is for phase 'prefill' or 'decode' (training memory is "
+                          "another plan)")
+    kv_dtype = _dtype(kv_dtype or ("bf16" if dtype in QUANTIZED else dtype), "kv_dtype", KV_DTYPES)
+    inv = build(spec, workload)
+    validate(spec, inv.workload)
+    size = DTYPE_BYTES[kv_dtype]
+    cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv).items()})
+    return InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights_bytes(spec, dtype), cache,
+                           int(folds.kv_per_token(inv) * size), capacity_bytes, gpu_name)
