@@ -446,6 +446,77 @@ def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, 
         _print_tables([render.memory_table(m)], fmt, header)
 
 
+def _tokens(text: str) -> int:
+    """A token count: 15_600_000_000_000, 15.6T, 2e12, 300B (K, M, B or G, T: 10^3 ... 10^12), exactly."""
+    from decimal import Decimal, InvalidOperation
+
+    scale = {"K": 3, "M": 6, "B": 9, "G": 9, "T": 12}.get(text[-1:].upper(), 0)
+    digits = text[:-1] if scale else text
+    try:
+        value = Decimal(digits.replace("_", "")) * 10**scale
+    except InvalidOperation:
+        raise typer.BadParameter(f"{text!r} is not a number of tokens (15600000000000, 15.6T, 2e12)") from None
+    if value != value.to_integral_value() or value < 1 or len(digits) > MAX_DIGITS:
+        raise typer.BadParameter(f"{text!r}: expected a whole, positive number of tokens")
+    return int(value)
+
+
+@app.command("train")
+@spec_flags
+def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
+              tokens: Annotated[Optional[int], typer.Option("--tokens", parser=_tokens, metavar="D", help=(
+                  "Training tokens: 15600000000000, 15.6T, 2e12."))] = None,
+              gpus: Annotated[Optional[int], typer.Option("--gpus", parser=_integer, metavar="K",
+                                                          help="GPUs the run uses.")] = None,
+              gpu: Annotated[Optional[str], typer.Option("--gpu", help="The GPU (h100-sxm, a100-80gb, ...): its "
+                                                                       "dense peak in --dtype.")] = None,
+              dtype: Annotated[str, typer.Option("--dtype", help="The peak to hold against: bf16, fp16, fp8, "
+                                                                 "tf32, fp32.")] = "bf16",
+              mfu: Annotated[Optional[float], typer.Option("--mfu", help="Model FLOPs utilisation, 0-1 (0.4 for "
+                                                                         "40%), for the time.")] = None,
+              price: Annotated[Optional[float], typer.Option("--price", help="Price per GPU-hour, for the "
+                                                                             "cost.")] = None,
+              recompute: Annotated[str, typer.Option("--recompute", help="none, selective (attention cores) or "
+                                                                         "full (every block).")] = "none",
+              tokens_per_second: Annotated[Optional[float], typer.Option("--tokens-per-second", help=(
+                  "A measured run's throughput, all GPUs together: its MFU."))] = None,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Training budget: FLOPs for D tokens from the exact count, time and cost on K GPUs, or a run's MFU."""
+    from .plan.train import mfu_of_run, training_budget
+
+    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    if tokens is None and tokens_per_second is None:
+        raise TfcalcError("give --tokens D (a training budget) or --tokens-per-second X (the MFU of a run)")
+    peak = card = None
+    if gpu is not None:
+        from .plan.gpus import lookup
+
+        card = lookup(gpu)
+        if dtype not in card.peak_flops:
+            raise TfcalcError(f"dtype={dtype!r}: {card.name} has no {dtype} peak (it has "
+                              f"{', '.join(card.peak_flops)})")
+        peak = card.peak_flops[dtype]
+    needs = {"--gpus": gpus, "--gpu": gpu} if (mfu is not None or tokens_per_second is not None) else {}
+    missing = [flag for flag, value in needs.items() if value is None]
+    if tokens_per_second is not None and gpus is None and gpu is not None:
+        missing = ["--gpus"]
+    if missing:
+        raise TfcalcError(f"--mfu and --tokens-per-second need {' and '.join(missing)}")
+    budget = training_budget(model_spec, tokens or model_spec.seq_len, recompute, gpus, card and card.name, peak,
+                             mfu, price)
+    run = mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute) if tokens_per_second else None
+    fmt = Format.json if as_json else fmt
+    data = {"spec": model_spec.model_dump(), **(budget.to_dict() if tokens else {}), **({"run": run} if run else {})}
+    if fmt is Format.json:
+        typer.echo(render.to_json(data))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["figure", "value"], render.flatten({k: v for k, v in data.items() if k != "spec"})),
+                   nl=False)
+    else:
+        _print_tables([render.train_table(budget, run)], fmt,
+                      [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}"])
+
+
 @app.command("presets")
 def presets_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Every preset with its headline figures and source."""

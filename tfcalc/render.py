@@ -308,6 +308,32 @@ def memory_table(m) -> Table:
                  optional=[3], label_columns=1)
 
 
+def train_table(b, run: dict | None = None) -> Table:
+    """A plan.train.TrainingBudget (and, with `run`, the MFU of a measured run)."""
+    rows = [["tokens", exact(b.tokens), human(b.tokens)],
+            ["FLOPs per token (train step)", exact(b.flops_per_token.numerator) if b.flops_per_token.denominator == 1
+             else f"{float(b.flops_per_token):,.1f}", sci(round(b.flops_per_token))],
+            ["FLOPs, attention over every pair", exact(b.flops), sci(b.flops)],
+            ["FLOPs, causal attention", exact(b.flops_causal), sci(b.flops_causal)],
+            ["6ND (N = active parameters)", exact(b.six_nd), sci(b.six_nd)],
+            [f"hardware FLOPs (recompute {b.recompute})", exact(b.hardware_flops), sci(b.hardware_flops)]]
+    if b.seconds is not None:
+        rows += [[f"time on {b.gpus:,} x {b.gpu_name} at MFU {float(b.mfu):.0%}", f"{b.seconds / 86400:,.1f} days",
+                  f"{b.seconds:,.0f} s"],
+                 ["GPU-hours", f"{b.gpu_hours:,.0f}", ""]]
+        if b.cost is not None:
+            rows.append([f"cost at {float(b.price_per_gpu_hour):,.2f} per GPU-hour", f"{b.cost:,.0f}", ""])
+    if run is not None:
+        rows += [[f"measured: {run['tokens_per_second']:,.0f} tokens/s on {run['gpus']:,} GPUs", "", ""],
+                 ["MFU (every pair)", pct(Fraction(run["mfu"])), ""],
+                 ["MFU (causal attention)", pct(Fraction(run["mfu_causal"])), ""],
+                 [f"HFU (recompute {run['recompute']})", pct(Fraction(run["hfu"])), ""]]
+    caption = (f"train step = 3 x forward on sequences of {b.spec.seq_len:,} tokens; time from the causal figure "
+               "(what a fused attention kernel computes) at the MFU given, against the GPU's dense datasheet peak; "
+               "6ND beside it (docs/planning.md).")
+    return Table("Training budget", ["figure", "exact", "readable"], rows, caption, right={1, 2}, optional=[2])
+
+
 def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
     rows = [[name, desc, human(r.params.total), human(r.params.active) if r.params.active != r.params.total else "",
              f"{r.spec.seq_len:,}", sci(r.flops.forward), source]

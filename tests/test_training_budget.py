@@ -1,0 +1,89 @@
+"""Training budgets and a run's MFU: published figures, or the arithmetic shown."""
+
+import json
+from fractions import Fraction
+
+import pytest
+from typer.testing import CliRunner
+
+from tfcalc import ModelSpec, TfcalcError, count, load_preset
+from tfcalc.cli import app
+from tfcalc.plan.gpus import lookup
+from tfcalc.plan.train import mfu_of_run, training_budget
+
+runner = CliRunner()
+LLAMA3_TOKENS = 15_600_000_000_000
+
+
+def test_llama3_405b_training_flops():
+    # Llama Team 2024, sec. 3.4 (and Table 4's setting, 8,192-token sequences): 3.8e25 FLOPs for 405B on 15.6T
+    b = training_budget(load_preset("llama3-405b").replace(seq_len=8192), LLAMA3_TOKENS)
+    assert b.six_nd == 6 * 405_853_388_800 * LLAMA3_TOKENS and round(b.six_nd / 1e24) == 38
+    assert abs(b.flops_causal / 3.8e25 - 1) < 0.05  # the exact count adds attention over 8K tokens: +3.6%
+
+
+def gpt(l: int, h: int, s: int, V: int) -> ModelSpec:
+    # Narayanan et al. 2021's GPT: 4h MLP, MHA, no biases (biases add no matmul FLOPs anyway), untied logits
+    return ModelSpec(n_layers=l, d_model=h, n_heads=h // 64, vocab_size=V, seq_len=s, positions="rotary",
+                     bias=False, tie_embeddings=False)
+
+
+@pytest.mark.parametrize("l, h, s, V", [(24, 2048, 2048, 51200), (96, 12288, 2048, 51200), (2, 64, 16, 100)])
+def test_megatron_lm_flops_per_iteration(l, h, s, V):
+    # Narayanan et al. 2021 (Efficient Large-Scale Language Model Training on GPU Clusters), sec. 5.1:
+    # with full recomputation 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration; without, 72 (.. + V/12lh)
+    B = 1
+    full = training_budget(gpt(l, h, s, V), B * s, recompute="full")
+    assert full.hardware_flops == 96 * B * s * l * h**2 + 16 * B * s**2 * l * h + 6 * B * s * h * V
+    assert full.hardware_flops == 96 * B * s * l * h**2 * (1 + Fraction(s, 6 * h) + Fraction(V, 16 * l * h))
+    plain = training_budget(gpt(l, h, s, V), B * s)
+    assert plain.flops == plain.hardware_flops == 72 * B * s * l * h**2 * (1 + Fraction(s, 6 * h)
+                                                                          + Fraction(V, 12 * l * h))
+    assert full.flops == plain.flops  # recomputation is hardware work, not model work
+
+
+def test_selective_recompute_adds_the_attention_cores_only():
+    spec = load_preset("gpt2")
+    plain, selective = training_budget(spec, 1024), training_budget(spec, 1024, recompute="selective")
+    f = count(spec).flops.components
+    assert selective.hardware_flops - plain.hardware_flops == f["attention/scores"] + f["attention/values"]
+
+
+def test_time_gpu_hours_cost_and_mfu_round_trip():
+    spec = load_preset("llama3-8b")
+    h100 = lookup("h100-sxm").peak_flops["bf16"]
+    b = training_budget(spec, 10**12, gpus=64, gpu_name="H100 SXM", peak_flops_per_s=h100, mfu=0.5,
+                        price_per_gpu_hour=2.5)
+    assert b.seconds == pytest.approx(b.flops_causal / (64 * h100 * 0.5))
+    assert b.gpu_hours == pytest.approx(b.seconds * 64 / 3600) and b.cost == pytest.approx(2.5 * b.gpu_hours)
+    tokens_per_s = 0.5 * 64 * h100 / float(b.flops_per_token_causal)  # what that MFU means in throughput
+    run = mfu_of_run(spec, tokens_per_s, 64, h100)
+    assert run["mfu_causal"] == pytest.approx(0.5) and run["mfu"] > run["mfu_causal"]
+
+
+def test_the_train_command():
+    r = runner.invoke(app, ["train", "-p", "llama3-405b", "-N", "8192", "--tokens", "15.6T", "--gpus", "16384",
+                            "--gpu", "h100", "--mfu", "0.4", "--price", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["tokens"] == LLAMA3_TOKENS and d["six_nd"] == 6 * 405_853_388_800 * LLAMA3_TOKENS
+    assert d["seconds"] == pytest.approx(d["flops_causal"] / (16384 * 989.4e12 * 0.4))
+    measured = json.loads(runner.invoke(app, ["train", "-p", "gpt2", "--tokens-per-second", "1e5", "--gpus", "1",
+                                              "--gpu", "a100-80gb", "--json"]).output)
+    assert measured["run"]["mfu"] == pytest.approx(1e5 * 3 * 291_648_307_200 / 1024 / 312e12)
+    for args, message in ((["--tokens", "1.5"], "'1.5': expected a whole, positive number of tokens"),
+                          (["--tokens", "lots"], "'lots' is not a number of tokens"),
+                          (["--tokens", "1T", "--mfu", "0.4"], "--mfu and --tokens-per-second need --gpus and --gpu"),
+                          (["--tokens", "1T", "--recompute", "some"], "recompute='some': expected one of"),
+                          (["--tokens", "1T", "--gpus", "8", "--gpu", "h100", "--mfu", "40"], "mfu=40.0: expected a fraction"),
+                          ([], "give --tokens D")):
+        bad = runner.invoke(app, ["train", "-p", "gpt2", *args])
+        (line,) = bad.output.strip().splitlines()
+        assert bad.exit_code == 2 and line.startswith("tfcalc: error: ") and message in line, bad.output
+
+
+def test_training_budget_refuses_bad_values():
+    with pytest.raises(TfcalcError, match="tokens=0: expected a positive integer"):
+        training_budget(load_preset("gpt2"), 0)
+    with pytest.raises(TfcalcError, match="gpus=-1: expected a positive number"):
+        training_budget(load_preset("gpt2"), 1024, gpus=-1)

@@ -1,0 +1,159 @@
+"""Training budgets: the FLOPs of training on D tokens from the exact count, time and cost on K GPUs at an MFU, and
+the MFU of a run from its measured throughput. No torch.
+
+    >>> from tfcalc import load_preset
+    >>> b = training_budget(load_preset("llama3-405b"), tokens=15_600_000_000_000)
+    >>> f"{b.six_nd:.2e}"   # Llama 3 paper, sec. 3.4: 3.8e25 FLOPs for 405B parameters and 15.6T tokens
+    '3.80e+25'
+
+Conventions, stated once:
+- A train step is forward + backward = 3 x forward for matmuls (backward computes the input and the weight
+  gradients). With recomputation the forward runs again during backward: `full` recomputes every block (the
+  embeddings and the head are not recomputed: Megatron-LM's convention), `selective` only the attention cores
+  (Korthikanti et al. 2022). The model FLOPs (MFU's numerator) never include recomputation; the hardware FLOPs
+  (HFU's) do.
+- `flops` uses attention over every (query, key) pair, what an eager model computes; `flops_causal` counts the
+  pairs a causal mask keeps, what a FlashAttention kernel computes. MFU is reported on both.
+- FLOPs per token are those of a train step on sequences of the spec's seq_len (exact fractions; integers for
+  a decoder), times D tokens. Where the product is not whole (a pooler's once-per-sequence work, a window that
+  splits pairs unevenly) it is rounded to the nearest FLOP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..arch import Workload, build, validate
+from ..counts import count, folds
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    spec: ModelSpec
+    tokens: int
+    recompute: str
+    flops_per_token: Fraction  # model FLOPs: forward + backward, every (query, key) pair
+    flops_per_token_causal: Fraction
+    hardware_flops_per_token: Fraction  # with the recomputed forward
+    n_params: int  # active parameters (embeddings included, as Chinchilla and the Llama 3 paper count N), for 6ND
+    gpus: int | None = None
+    gpu_name: str | None = None
+    peak_flops_per_s: int | None = None  # one GPU, dense, in the training dtype
+    mfu: Fraction | None = None
+    price_per_gpu_hour: Fraction | None = None
+
+    @property
+    def flops(self) -> int:
+        return _whole(self.tokens * self.flops_per_token)
+
+    @property
+    def flops_causal(self) -> int:
+        return _whole(self.tokens * self.flops_per_token_causal)
+
+    @property
+    def hardware_flops(self) -> int:
+        return _whole(self.tokens * self.hardware_flops_per_token)
+
+    @property
+    def six_nd(self) -> int:
+        """The usual estimate, 6 N D (N: active parameters), beside the exact count."""
+        return 6 * self.n_params * self.tokens
+
+    @property
+    def seconds(self) -> float | None:
+        """Wall time on `gpus` GPUs at `mfu` of the peak: model FLOPs (causal: what a fused kernel computes) over
+        the achieved rate."""
+        if None in (self.gpus, self.peak_flops_per_s, self.mfu):
+            return None
+        return float(Fraction(self.flops_causal) / (self.gpus * self.peak_flops_per_s * self.mfu))
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return None if self.seconds is None else self.seconds * self.gpus / 3600
+
+    @property
+    def cost(self) -> float | None:
+        if self.gpu_hours is None or self.price_per_gpu_hour is None:
+            return None
+        return self.gpu_hours * float(self.price_per_gpu_hour)
+
+    def to_dict(self) -> dict:
+        def exact(q: Fraction) -> int | float:
+            return q.numerator if q.denominator == 1 else float(q)
+
+        return {
+            "tokens": self.tokens, "seq_len": self.spec.seq_len, "recompute": self.recompute,
+            "flops": self.flops, "flops_causal": self.flops_causal, "hardware_flops": self.hardware_flops,
+            "flops_per_token": exact(self.flops_per_token),
+            "flops_per_token_causal": exact(self.flops_per_token_causal),
+            "six_nd": self.six_nd, "six_nd_over_flops_causal": float(Fraction(self.six_nd, self.flops_causal)),
+            "gpus": self.gpus, "gpu": self.gpu_name, "peak_flops_per_s": self.peak_flops_per_s,
+            "mfu": None if self.mfu is None else float(self.mfu),
+            "seconds": self.seconds, "days": None if self.seconds is None else self.seconds / 86400,
+            "gpu_hours": self.gpu_hours,
+            "price_per_gpu_hour": None if self.price_per_gpu_hour is None else float(self.price_per_gpu_hour),
+            "cost": self.cost,
+        }
+
+
+def _whole(q: Fraction) -> int:
+    return round(q)  # exact when whole (every decoder); else the nearest FLOP
+
+
+def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus: int | None = None,
+                    gpu_name: str | None = None, peak_flops_per_s: int | None = None, mfu: float | None = None,
+                    price_per_gpu_hour: float | None = None) -> TrainingBudget:
+    """The FLOPs of training `spec` on `tokens` tokens (whole sequences of spec.seq_len), and with `gpus`, a peak
+    and an MFU, the time (and with a price, the cost)."""
+    if recompute not in RECOMPUTE:
+        raise TfcalcError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+        raise TfcalcError(f"tokens={tokens!r}: expected a positive integer")
+    for field, value in (("gpus", gpus), ("mfu", mfu), ("price_per_gpu_hour", price_per_gpu_hour)):
+        if value is not None and not value > 0:
+            raise TfcalcError(f"{field}={value!r}: expected a positive number")
+    if mfu is not None and mfu > 1:
+        raise TfcalcError(f"mfu={mfu!r}: expected a fraction of the peak, at most 1 (0.4 for 40%)")
+    per_token, per_token_causal, hardware = _per_token(spec, recompute)
+    r = count(spec)
+    return TrainingBudget(spec, tokens, recompute, per_token, per_token_causal, hardware,
+                          r.params.active, gpus, gpu_name, peak_flops_per_s,
+                          None if mfu is None else Fraction(mfu), None if price_per_gpu_hour is None
+                          else Fraction(price_per_gpu_hour))
+
+
+def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fraction]:
+    """(model FLOPs, model FLOPs with causal attention, hardware FLOPs) per token of a train step."""
+    workload = Workload(seq_len=spec.seq_len, batch_size=1,
+                        src_len=spec.seq_len if spec.is_encoder_decoder else None)
+    inv = build(spec, workload)
+    validate(spec, workload)
+    forward = folds.forward(inv)
+    causal = folds.masked_attention(inv, windows=False)
+    tokens = workload.tokens
+    model = 3 * forward.total
+    model_causal = model - 3 * sum(forward[k] - causal[k] for k in causal)
+    if recompute == "full":  # every block's forward again; not the embeddings, not the head
+        again = sum(v for k, v in forward.items() if k != "head" and k != "pooler")
+    elif recompute == "selective":  # the attention cores (scores and values) again
+        again = sum(v for k, v in forward.items() if k.endswith(("/scores", "/values")))
+    else:
+        again = 0
+    return Fraction(model, tokens), Fraction(model_causal, tokens), Fraction(model + again, tokens)
+
+
+def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s: int,
+               recompute: str = "none") -> dict:
+    """The MFU (and HFU) of a measured run: model FLOPs per token x tokens/s over the GPUs' peak."""
+    if not tokens_per_s > 0:
+        raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: expected a positive number")
+    per_token, per_token_causal, hardware = _per_token(spec, recompute)
+    peak = gpus * peak_flops_per_s
+    return {"tokens_per_second": tokens_per_s, "gpus": gpus, "peak_flops_per_s": peak_flops_per_s,
+            "mfu": float(per_token) * tokens_per_s / peak, "mfu_causal": float(per_token_causal) * tokens_per_s / peak,
+            "hfu": float(hardware) * tokens_per_s / peak, "recompute": recompute}
