@@ -275,6 +275,24 @@ BASE = {
     "bart": dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_attention_heads=4,
                  decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, max_position_embeddings=32,
                  vocab_size=100),
+    "gemma": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                  intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                  hidden_act="gelu", hidden_activation="gelu_pytorch_tanh"),
+    "gpt_bigcode": dict(n_layer=2, n_embd=64, n_head=4, n_inner=96, n_positions=32, vocab_size=100,
+                        multi_query=True),
+    "roberta": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96,
+                    max_position_embeddings=34, vocab_size=100, type_vocab_size=1, position_embedding_type="absolute"),
+    "xlm-roberta": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96,
+                        max_position_embeddings=34, vocab_size=100, type_vocab_size=1),
+    "opt": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=96, max_position_embeddings=32,
+                vocab_size=100, word_embed_proj_dim=64, do_layer_norm_before=True, _remove_final_layer_norm=False,
+                enable_bias=False),
+    "granite": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                    mlp_bias=True),
+    "phi3": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
+                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
 }
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
@@ -534,6 +552,16 @@ DIRECT |= {
                                         moe_intermediate_size="d_expert", qkv_bias="qkv_bias",
                                         shared_expert_intermediate_size="d_shared_expert",
                                         decoder_sparse_step="moe_every"),
+    "gemma": _DECODER_DIRECT | dict(attention_bias="bias"),
+    # GPTBigCodeConfig's attribute_map: the common names land where its own do
+    "gpt_bigcode": DIRECT["gpt2"] | dict(hidden_size="d_model", num_hidden_layers="n_layers",
+                                         num_attention_heads="n_heads", max_position_embeddings="max_positions"),
+    "roberta": DIRECT["bert"],
+    "xlm-roberta": DIRECT["bert"],
+    "opt": dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads", ffn_dim="d_ff",
+                vocab_size="vocab_size", enable_bias="bias", tie_word_embeddings="tie_embeddings"),
+    "granite": _DECODER_DIRECT | dict(attention_bias="bias", mlp_bias="mlp_bias"),
+    "phi3": _DECODER_DIRECT | dict(sliding_window="sliding_window"),
 }
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
-from tfcalc import TfcalcError, Workload, count, load_preset
+from tfcalc import TfcalcError, Workload, count, find_preset, load_preset
 from tfcalc.cli import app
 from tfcalc.hf import DEFAULTS, SEQ_LEN_CAP, read_hf_config
 
@@ -20,6 +20,10 @@ MODEL_CLASSES = {
     "mistral": transformers.MistralForCausalLM, "mixtral": transformers.MixtralForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM, "qwen2_moe": transformers.Qwen2MoeForCausalLM,
     "t5": transformers.T5ForConditionalGeneration, "bart": transformers.BartForConditionalGeneration,
+    "gemma": transformers.GemmaForCausalLM, "gpt_bigcode": transformers.GPTBigCodeForCausalLM,
+    "roberta": transformers.RobertaModel, "xlm-roberta": transformers.XLMRobertaModel,
+    "opt": transformers.OPTForCausalLM, "granite": transformers.GraniteForCausalLM,
+    "phi3": transformers.Phi3ForCausalLM,
 }
 ENCODER_DECODER = {"t5", "bart"}
 MOE = {"mixtral", "qwen2_moe"}
@@ -66,19 +70,49 @@ def hf_configs(draw, model_type: str) -> dict:
                              max_position_embeddings=n_pos, activation_function=draw(st.sampled_from(["gelu", "relu"])),
                              decoder_start_token_id=2, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                              forced_eos_token_id=2)
-    if model_type == "bert":
+    if model_type == "gpt_bigcode":  # sometimes with the common names of its attribute_map (hidden_size, ...)
+        sizes = dict(n_layer=draw(st.integers(1, 2)), n_embd=hidden, n_head=heads, n_positions=n_pos)
+        aliases = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size", "n_head": "num_attention_heads",
+                   "n_positions": "max_position_embeddings"}
+        renamed = draw(st.sets(st.sampled_from(sorted(aliases))))
+        sizes = {aliases[k] if k in renamed else k: v for k, v in sizes.items()}
+        return common | sizes | dict(n_inner=draw(st.none() | st.integers(4, 40)), multi_query=draw(st.booleans()),
+                                     activation_function=draw(st.sampled_from(["gelu_pytorch_tanh", "gelu", "relu"])),
+                                     bos_token_id=0, eos_token_id=0)
+    if model_type == "opt":
         return common | dict(num_hidden_layers=draw(st.integers(1, 2)), hidden_size=hidden, num_attention_heads=heads,
-                             intermediate_size=draw(st.integers(4, 40)), max_position_embeddings=n_pos,
+                             ffn_dim=draw(st.integers(4, 40)), max_position_embeddings=n_pos,
+                             do_layer_norm_before=draw(st.booleans()), _remove_final_layer_norm=draw(st.booleans()),
+                             enable_bias=draw(st.booleans()), word_embed_proj_dim=draw(st.sampled_from([None, hidden])),
+                             activation_function=draw(st.sampled_from(["relu", "gelu"])),
+                             pad_token_id=1, bos_token_id=0, eos_token_id=0)
+    if model_type in ("bert", "roberta", "xlm-roberta"):
+        # RoBERTa numbers positions from padding_idx + 1 = 2: its table needs 2 rows more than the longest input
+        positions = n_pos + 2 if model_type != "bert" else n_pos
+        return common | dict(num_hidden_layers=draw(st.integers(1, 2)), hidden_size=hidden, num_attention_heads=heads,
+                             intermediate_size=draw(st.integers(4, 40)), max_position_embeddings=positions,
                              type_vocab_size=draw(st.integers(1, 3)),
                              hidden_act=draw(st.sampled_from(["gelu", "relu", "gelu_new"])))
     config = common | dict(num_hidden_layers=draw(st.integers(1, 2)), hidden_size=hidden, num_attention_heads=heads,
                            num_key_value_heads=kv, intermediate_size=draw(st.integers(4, 40)),
                            max_position_embeddings=n_pos, bos_token_id=0, eos_token_id=0,
                            hidden_act=draw(st.sampled_from(["silu", "gelu", "gelu_pytorch_tanh", "relu"])))
-    if model_type in ("llama", "mistral", "mixtral") and draw(st.booleans()):
+    if model_type in ("llama", "mistral", "mixtral", "granite", "phi3") and draw(st.booleans()):
         config["head_dim"] = draw(st.sampled_from([2, 4, 6]))
-    if model_type == "llama":
+    if model_type == "gemma":  # head_dim independent of hidden_size / heads, always given (the default is 256)
+        config |= dict(head_dim=draw(st.sampled_from([2, 4, 6, 8])), attention_bias=draw(st.booleans()),
+                       hidden_act=draw(st.sampled_from(["gelu_pytorch_tanh", "gelu", "silu", "relu"])), pad_token_id=0)
+        if draw(st.booleans()):
+            config["hidden_activation"] = draw(st.sampled_from(["gelu_pytorch_tanh", "gelu", "relu"]))
+    if model_type in ("llama", "granite"):
         config |= dict(attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    if model_type == "granite":  # elementwise scales: no parameters, no matmul
+        config |= {key: draw(st.sampled_from([1.0, 0.5, 12.0])) for key in
+                   ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")}
+    if model_type == "phi3":  # partial rotary changes which channels rotate, not shapes
+        config |= dict(pad_token_id=0, sliding_window=draw(st.none() | st.integers(1, 8)))
+        if "head_dim" not in config and head_dim >= 4 and draw(st.booleans()):
+            config["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
     if model_type in ("mistral", "mixtral"):
         config["sliding_window"] = draw(st.none() | st.integers(1, 8))
     if model_type == "mixtral":
@@ -158,6 +192,61 @@ PUBLISHED = {
                            "num_local_experts": 8, "sliding_window": None, "tie_word_embeddings": False,
                            "vocab_size": 32000}, "mixtral-8x7b"),
 }
+_LLAMA31_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                 "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+_LLAMA32_ROPE = _LLAMA31_ROPE | {"factor": 32.0}
+
+
+def _llama31(hidden: int, intermediate: int, layers: int, heads: int) -> dict:
+    return {"model_type": "llama", "hidden_act": "silu", "hidden_size": hidden, "intermediate_size": intermediate,
+            "max_position_embeddings": 131072, "num_attention_heads": heads, "num_hidden_layers": layers,
+            "num_key_value_heads": 8, "rope_scaling": _LLAMA31_ROPE, "rope_theta": 500000.0,
+            "tie_word_embeddings": False, "vocab_size": 128256, "attention_bias": False, "mlp_bias": False}
+
+
+def _qwen25(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int) -> dict:
+    return {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": hidden, "intermediate_size": intermediate,
+            "max_position_embeddings": 131072, "max_window_layers": layers, "num_attention_heads": heads,
+            "num_hidden_layers": layers, "num_key_value_heads": kv_heads, "rope_theta": 1000000.0,
+            "sliding_window": 131072, "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 152064}
+
+
+def _gemma(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int) -> dict:
+    # the official configs say hidden_act "gelu", which GemmaConfig reads as gelu_pytorch_tanh
+    return {"model_type": "gemma", "hidden_act": "gelu", "hidden_size": hidden, "intermediate_size": intermediate,
+            "head_dim": 256, "max_position_embeddings": 8192, "num_attention_heads": heads, "num_hidden_layers": layers,
+            "num_key_value_heads": kv_heads, "rope_scaling": None, "rope_theta": 10000.0, "vocab_size": 256000,
+            "attention_bias": False, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+
+
+PUBLISHED |= {
+    "Llama-3.1-8B": (_llama31(4096, 14336, 32, 32), "llama3.1-8b"),
+    "Llama-3.1-70B": (_llama31(8192, 28672, 80, 64), "llama3.1-70b"),
+    "Llama-3.1-405B": (_llama31(16384, 53248, 126, 128), "llama3.1-405b"),
+    "Llama-3.2-1B": (_llama31(2048, 8192, 16, 32) | {"head_dim": 64, "tie_word_embeddings": True,
+                                                     "rope_scaling": _LLAMA32_ROPE}, "llama3.2-1b"),
+    "Llama-3.2-3B": (_llama31(3072, 8192, 28, 24) | {"head_dim": 128, "tie_word_embeddings": True,
+                                                     "rope_scaling": _LLAMA32_ROPE}, "llama3.2-3b"),
+    "Qwen2.5-7B": (_qwen25(3584, 18944, 28, 28, 4), "qwen2.5-7b"),
+    "Qwen2.5-72B": (_qwen25(8192, 29568, 80, 64, 8), "qwen2.5-72b"),
+    "Phi-3-mini-4k-instruct": ({"model_type": "phi3", "hidden_act": "silu", "hidden_size": 3072,
+                                "intermediate_size": 8192, "max_position_embeddings": 4096,
+                                "original_max_position_embeddings": 4096, "num_attention_heads": 32,
+                                "num_hidden_layers": 32, "num_key_value_heads": 32, "rope_scaling": None,
+                                "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+                                "vocab_size": 32064, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000},
+                               "phi3-mini"),
+    "phi-4": ({"model_type": "phi3", "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 17920,
+               "max_position_embeddings": 16384, "original_max_position_embeddings": 16384,
+               "num_attention_heads": 40, "num_hidden_layers": 40, "num_key_value_heads": 10, "rope_scaling": None,
+               "rope_theta": 250000, "sliding_window": None, "tie_word_embeddings": False, "vocab_size": 100352,
+               "bos_token_id": 100257, "eos_token_id": 100265, "pad_token_id": 100349}, "phi4"),
+    "gemma-2b": (_gemma(2048, 16384, 18, 8, 1), "gemma-2b"),
+    "gemma-7b": (_gemma(3072, 24576, 28, 16, 16), "gemma-7b"),
+    "starcoder": ({"model_type": "gpt_bigcode", "activation_function": "gelu_pytorch_tanh", "multi_query": True,
+                   "n_embd": 6144, "n_head": 48, "n_inner": 24576, "n_layer": 40, "n_positions": 8192,
+                   "vocab_size": 49152, "bos_token_id": 0, "eos_token_id": 0}, "starcoder"),
+}
 
 
 @pytest.mark.parametrize("name", PUBLISHED)
@@ -170,6 +259,41 @@ def test_published_configs_agree_with_presets(tmp_path, name):
     assert ours.params.total == theirs.params.total and ours.params.active == theirs.params.active
     assert ours.flops.forward == theirs.flops.forward
     assert ours.flops.components == theirs.flops.components
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_presets_equal_transformers_built_from_the_published_config(name):
+    # the count each preset's source states: transformers' own class, built on meta from the published config.json
+    config, preset = PUBLISHED[name]
+    hf_config = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        n_params = sum(p.numel() for p in MODEL_CLASSES[config["model_type"]](hf_config).parameters())
+    assert count(load_preset(preset)).params.total == n_params
+    assert f"{n_params:,}" in find_preset(preset).source  # the source says it
+
+# Totals a paper states, as (stated, half of its last digit): the exact count must round to the stated figure
+PAPER_TOTALS = {
+    "starcoder": (15.5e9, 0.05e9),  # Li et al. 2023: "15.5B parameter models"
+    "phi3-mini": (3.8e9, 0.05e9),  # Abdin et al. 2024: "phi-3-mini, a 3.8 billion parameter language model"
+}
+# Gemma's paper (Table 2) states its non-embedding parameters exactly; its embedding parameters count 256,128 rows
+# where the config's vocab is 256,000
+PAPER_NON_EMBEDDING = {"gemma-2b": 1_981_884_416, "gemma-7b": 7_751_248_896}
+
+
+@pytest.mark.parametrize("preset", PAPER_TOTALS)
+def test_presets_round_to_the_totals_their_papers_state(preset):
+    stated, half = PAPER_TOTALS[preset]
+    assert abs(count(load_preset(preset)).params.total - stated) <= half
+
+
+@pytest.mark.parametrize("preset", PAPER_NON_EMBEDDING)
+def test_gemma_non_embedding_parameters_are_the_papers(preset):
+    params = count(load_preset(preset)).params
+    assert params.non_embedding == PAPER_NON_EMBEDDING[preset]
+    assert params.embedding + 128 * load_preset(preset).d_model == {"gemma-2b": 524_550_144,
+                                                                     "gemma-7b": 786_825_216}[preset]
 
 
 def test_sliding_window_is_read_and_reported(tmp_path):
@@ -205,11 +329,55 @@ def test_default_seq_len_is_the_context_capped(tmp_path):
         ({"model_type": "llama", "hidden_act": "gelu_10"}, "hidden_act='gelu_10' is not modelled"),
         ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size='4096': expected an integer"),
         ({"model_type": "llama", "num_attention_heads": 5}, "d_model=4096 is not divisible by n_heads=5"),
+        ({"model_type": "opt", "word_embed_proj_dim": 512}, "word_embed_proj_dim=512 is not modelled: it differs "
+                                                            "from hidden_size=768"),
+        ({"model_type": "opt", "layer_norm_elementwise_affine": False},
+         "layer_norm_elementwise_affine=False is not modelled"),
+        ({"model_type": "opt", "activation_function": "gelu_10"}, "activation_function='gelu_10' is not modelled"),
+        ({"model_type": "gpt_bigcode", "add_cross_attention": True}, "add_cross_attention=True is not modelled"),
+        ({"model_type": "roberta", "position_embedding_type": "relative_key_query"},
+         "position_embedding_type='relative_key_query' is not modelled"),
+        ({"model_type": "xlm-roberta", "add_cross_attention": True}, "add_cross_attention=True is not modelled"),
+        ({"model_type": "gemma", "hidden_act": "gelu_10"}, "hidden_act='gelu_10' is not modelled"),
+        ({"model_type": "gemma", "head_dim": None}, "head_dim=None: expected an integer"),
+        ({"model_type": "phi3", "sliding_window": "2047"}, "sliding_window='2047': expected an integer or null"),
     ],
 )
 def test_unmodelled_or_bad_fields_are_refused_by_name(tmp_path, config, message):
     with pytest.raises(TfcalcError, match=message.replace("[", r"\[").replace("]", r"\]")):
         read_hf_config(write(tmp_path, config))
+
+
+def test_roberta_positions_include_the_padding_offset(tmp_path):
+    # roberta-base: 514 rows, numbered from padding_idx + 1 = 2, so 512 tokens at most
+    config = {"model_type": "roberta", "max_position_embeddings": 514, "type_vocab_size": 1, "vocab_size": 50265}
+    for model_type in ("roberta", "xlm-roberta"):
+        source = read_hf_config(write(tmp_path, config | {"model_type": model_type}))
+        assert (source.spec.max_positions, source.spec.seq_len, source.spec.n_token_types) == (514, 512, 1)
+        assert "numbered from padding_idx + 1" in source.source
+
+
+def test_gemma_reads_hidden_act_as_transformers_5_does(tmp_path):
+    # the official configs' legacy hidden_act "gelu" is the tanh form (GemmaConfig turns it into gelu_pytorch_tanh);
+    # hidden_activation, which transformers 4.38-4.4x read instead, is not read by transformers 5: noted only
+    source = read_hf_config(write(tmp_path, {"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "relu"}))
+    assert source.spec.activation == "gelu_tanh" and source.spec.d_head == 256 and source.spec.tie_embeddings
+    assert "hidden_act='gelu' read as gelu_pytorch_tanh" in source.source
+    assert "hidden_activation='relu' not read" in source.source
+    quiet = read_hf_config(write(tmp_path, {"model_type": "gemma", "hidden_activation": "gelu_pytorch_tanh"}))
+    assert "hidden_activation" not in quiet.source and "hidden_act=" not in quiet.source
+
+
+def test_gpt2_and_gpt_bigcode_read_the_common_names_of_their_fields(tmp_path):
+    # GPT2Config and GPTBigCodeConfig map hidden_size, num_hidden_layers, ... onto n_embd, n_layer, ...; the common
+    # name wins when both are given, in transformers and here
+    for model_type in ("gpt2", "gpt_bigcode"):
+        config = {"model_type": model_type, "n_embd": 512, "hidden_size": 256, "num_attention_heads": 4,
+                  "num_hidden_layers": 3, "max_position_embeddings": 64, "vocab_size": 100}
+        hf = transformers.AutoConfig.for_model(**config)
+        spec = read_hf_config(write(tmp_path, config)).spec
+        assert (spec.d_model, spec.n_heads, spec.n_layers, spec.max_positions) == (hf.n_embd, hf.n_head, hf.n_layer,
+                                                                                    hf.n_positions) == (256, 4, 3, 64)
 
 
 def test_folder_and_cli(tmp_path):

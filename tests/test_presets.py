@@ -11,6 +11,8 @@ EXPECTED = {
     "bert-base", "bert-large", "llama-7b", "llama-13b", "llama-33b", "llama-65b",
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mistral-7b",
     "mixtral-8x7b", "mixtral-8x22b",
+    "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "qwen2.5-7b", "qwen2.5-72b",
+    "phi3-mini", "phi4", "gemma-2b", "gemma-7b", "starcoder",
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
 }
 
@@ -53,3 +55,12 @@ def test_preset_files_are_valid_toml_with_a_model_table():
         doc = tomllib.loads(path.read_text())
         assert set(doc) <= {"name", "description", "source", "aliases", "model"}
         assert doc["name"] == path.stem
+
+
+def test_llama3_1_presets_are_the_llama3_shapes_with_a_longer_context():
+    # Llama 3.1 kept Llama 3's shapes and raised the context to 131,072; 405B was only released as 3.1, so the
+    # llama3-405b preset already is Llama 3.1 405B and llama3.1-405b is the same model
+    for size in ("8b", "70b", "405b"):
+        old, new = load_preset(f"llama3-{size}"), load_preset(f"llama3.1-{size}")
+        assert new.seq_len == 131072
+        assert new.replace(name=old.name, seq_len=old.seq_len) == old

@@ -53,6 +53,28 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "bart": dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, encoder_ffn_dim=4096,
                  encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096, decoder_attention_heads=16,
                  activation_function="gelu", d_model=1024, tie_word_embeddings=True),
+    "gemma": dict(vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                  num_attention_heads=16, num_key_value_heads=16, head_dim=256, hidden_act="gelu_pytorch_tanh",
+                  max_position_embeddings=8192, tie_word_embeddings=True, attention_bias=False),
+    "gpt_bigcode": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
+                        activation_function="gelu_pytorch_tanh", multi_query=True, add_cross_attention=False,
+                        tie_word_embeddings=True),
+    "roberta": dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                    intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
+                    is_decoder=False, add_cross_attention=False),
+    "xlm-roberta": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
+                        is_decoder=False, add_cross_attention=False),
+    "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072, max_position_embeddings=2048,
+                do_layer_norm_before=True, _remove_final_layer_norm=False, word_embed_proj_dim=None,
+                num_attention_heads=12, activation_function="relu", enable_bias=True,
+                layer_norm_elementwise_affine=True, tie_word_embeddings=True),
+    "granite": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
+                    tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
+    "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=4096,
+                 tie_word_embeddings=False, sliding_window=None),
 }
 SUPPORTED = tuple(DEFAULTS)
 
@@ -65,12 +87,20 @@ _DECODER_TYPES = dict(vocab_size="size", hidden_size="size", intermediate_size="
                       rope_parameters="object?")
 _QWEN2_TYPES = _DECODER_TYPES | dict(use_sliding_window="bool", sliding_window="int?", max_window_layers="int",
                                      layer_types="strings?")
+# GPT-2 and GPTBigCode configs take the common names for four of their own fields (their config classes'
+# attribute_map); a name given this way wins over the own one in transformers, and so here (_unalias)
+GPT2_ALIASES = dict(hidden_size="n_embd", max_position_embeddings="n_positions", num_attention_heads="n_head",
+                    num_hidden_layers="n_layer")
+_GPT2_TYPES = dict(vocab_size="size", n_positions="size", n_embd="size", n_layer="size", n_head="size",
+                   n_inner="size?", activation_function="str", add_cross_attention="bool", tie_word_embeddings="bool",
+                   hidden_size="size", max_position_embeddings="size", num_attention_heads="size",
+                   num_hidden_layers="size")
+_BERT_TYPES = dict(vocab_size="size", hidden_size="size", num_hidden_layers="size", num_attention_heads="size",
+                   intermediate_size="size", hidden_act="str", max_position_embeddings="size", type_vocab_size="count",
+                   is_decoder="bool", add_cross_attention="bool", position_embedding_type="str")
 TYPES: dict[str, dict[str, str]] = {
-    "gpt2": dict(vocab_size="size", n_positions="size", n_embd="size", n_layer="size", n_head="size",
-                 n_inner="size?", activation_function="str", add_cross_attention="bool", tie_word_embeddings="bool"),
-    "bert": dict(vocab_size="size", hidden_size="size", num_hidden_layers="size", num_attention_heads="size",
-                 intermediate_size="size", hidden_act="str", max_position_embeddings="size", type_vocab_size="count",
-                 is_decoder="bool", add_cross_attention="bool", position_embedding_type="str"),
+    "gpt2": _GPT2_TYPES,
+    "bert": _BERT_TYPES,
     "llama": _DECODER_TYPES | dict(attention_bias="bool", mlp_bias="bool"),
     "mistral": _DECODER_TYPES | dict(sliding_window="int?"),
     "mixtral": _DECODER_TYPES | dict(sliding_window="int?", num_experts_per_tok="size", num_local_experts="int"),
@@ -85,6 +115,19 @@ TYPES: dict[str, dict[str, str]] = {
                  encoder_attention_heads="size", decoder_layers="size", decoder_ffn_dim="size",
                  decoder_attention_heads="size", activation_function="str", d_model="size",
                  tie_word_embeddings="bool"),
+    # GemmaConfig declares head_dim and num_key_value_heads as int (no null); hidden_activation is the field
+    # transformers 4.38-4.4x read instead of hidden_act (transformers 5 does not read it: it is only noted)
+    "gemma": _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", attention_bias="bool",
+                                   hidden_activation="str?"),
+    "gpt_bigcode": _GPT2_TYPES | dict(multi_query="bool"),
+    "roberta": _BERT_TYPES,
+    "xlm-roberta": _BERT_TYPES,
+    "opt": dict(vocab_size="size", hidden_size="size", num_hidden_layers="size", ffn_dim="size",
+                max_position_embeddings="size", do_layer_norm_before="bool", _remove_final_layer_norm="bool",
+                word_embed_proj_dim="size?", num_attention_heads="size", activation_function="str",
+                enable_bias="bool", layer_norm_elementwise_affine="bool", tie_word_embeddings="bool"),
+    "granite": _DECODER_TYPES | dict(attention_bias="bool", mlp_bias="bool"),
+    "phi3": _DECODER_TYPES | dict(sliding_window="int?"),
 }
 COMMON_TYPES = {"_name_or_path": "str?"}  # model_type is checked first: it picks the mapper
 
@@ -204,7 +247,20 @@ def _refuse_if(cfg: dict, key: str, bad: bool, why: str) -> None:
         raise _Unmodelled(f"{key}={show(cfg.get(key))} is not modelled: {why}")
 
 
+def _unalias(cfg: dict, aliases: dict[str, str], notes: list[str]) -> dict:
+    """`cfg` with each common name a config gave (hidden_size, ...) read into the field it stands for (n_embd, ...):
+    transformers' attribute_map sets that field from it, over the field's own value."""
+    cfg = dict(cfg)
+    for alias, own in aliases.items():
+        if alias in cfg:
+            notes.append(f"{alias}={show(cfg[alias])} read as {own} (transformers sets {own} from it, over any {own} "
+                         "given)")
+            cfg[own] = cfg.pop(alias)
+    return cfg
+
+
 def _gpt2(cfg: dict, notes: list[str]) -> dict:
+    cfg = _unalias(cfg, GPT2_ALIASES, notes)
     _refuse_if(cfg, "add_cross_attention", cfg["add_cross_attention"] is True, "cross-attention adds layers")
     n_embd = cfg["n_embd"]
     return dict(n_layers=cfg["n_layer"], d_model=n_embd, n_heads=cfg["n_head"],
@@ -381,5 +437,76 @@ def _bart(cfg: dict, notes: list[str]) -> dict:
                 final_norm=False, bias=True, activation=_activation(cfg, "activation_function"), context=positions)
 
 
+def _gemma(cfg: dict, notes: list[str]) -> dict:
+    """Gemma: the llama layout with GeGLU, a head_dim of its own, a tied head by default, RMSNorm in its (1 + w) form
+    (one weight per channel, as RMSNorm) and the token embedding scaled by sqrt(hidden_size) (elementwise: no
+    parameters, no matmul)."""
+    if cfg["hidden_act"] == "gelu":  # GemmaConfig turns the official releases' legacy "gelu" into the tanh form
+        notes.append("hidden_act='gelu' read as gelu_pytorch_tanh, as transformers' GemmaConfig does")
+        cfg = cfg | {"hidden_act": "gelu_pytorch_tanh"}
+    fields = _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False)
+    legacy = cfg.get("hidden_activation")
+    if legacy is not None and ACTIVATIONS.get(legacy) != fields["activation"]:
+        notes.append(f"hidden_activation={show(legacy)} not read: transformers 5's GemmaMLP runs hidden_act "
+                     "(activations have no parameters and no matmul)")
+    return fields
+
+
+def _gpt_bigcode(cfg: dict, notes: list[str]) -> dict:
+    """GPTBigCode (SantaCoder, StarCoder): GPT-2's layout with one key/value head when multi_query is true."""
+    fields = _gpt2(cfg, notes)
+    fields["n_kv_heads"] = 1 if cfg["multi_query"] is True else fields["n_heads"]
+    return fields
+
+
+def _roberta(cfg: dict, notes: list[str]) -> dict:
+    """RoBERTa and XLM-RoBERTa: BERT's layout. Position ids start at padding_idx + 1 (2 with pad_token_id=1), so
+    max_position_embeddings (514 in the published configs) is the table's rows and 2 more than the longest input."""
+    fields = _bert(cfg, notes)
+    fields["context"] = max(1, cfg["max_position_embeddings"] - 2)
+    notes.append("learned positions: max_position_embeddings rows, numbered from padding_idx + 1 (default seq_len "
+                 "max_position_embeddings - 2)")
+    return fields
+
+
+def _opt(cfg: dict, notes: list[str]) -> dict:
+    """OPT: learned positions with an offset of 2 rows, biases by enable_bias, pre-norm (with a final norm) or
+    post-norm (without one) by do_layer_norm_before, a tied head by default."""
+    hidden = cfg["hidden_size"]
+    proj = cfg["word_embed_proj_dim"]
+    _refuse_if(cfg, "word_embed_proj_dim", proj is not None and proj != hidden,
+               f"it differs from hidden_size={hidden}: transformers then builds the token table and head "
+               "that wide, with project_in and project_out linears to and from hidden_size, a layout tfcalc does not "
+               "have")
+    _refuse_if(cfg, "layer_norm_elementwise_affine", cfg["layer_norm_elementwise_affine"] is not True,
+               "layer norms without weight or bias; tfcalc's layernorm has both")
+    pre = cfg["do_layer_norm_before"] is True
+    positions = cfg["max_position_embeddings"]
+    notes.append("learned positions: max_position_embeddings + 2 rows (OPT's offset)")
+    return dict(n_layers=cfg["num_hidden_layers"], d_model=hidden, n_heads=cfg["num_attention_heads"],
+                d_ff=cfg["ffn_dim"], vocab_size=cfg["vocab_size"], positions="learned", max_positions=positions + 2,
+                norm="layernorm", norm_position="pre" if pre else "post",
+                final_norm=pre and cfg["_remove_final_layer_norm"] is not True, bias=cfg["enable_bias"],
+                activation=_activation(cfg, "activation_function"), tie_embeddings=cfg["tie_word_embeddings"],
+                context=positions)
+
+
+def _granite(cfg: dict, notes: list[str]) -> dict:
+    """Granite: the llama layout; its embedding, residual and attention multipliers and logits_scaling scale
+    activations (no parameters, no matmul) and are not read."""
+    return _llama(cfg, notes)
+
+
+def _phi3(cfg: dict, notes: list[str]) -> dict:
+    """Phi-3 and Phi-4: the llama layout without biases; the fused qkv_proj and gate_up_proj hold the same weights and
+    do the same multiply-adds as separate q, k, v and gate, up projections. A sliding_window is in every block;
+    partial_rotary_factor changes which channels rotate, not shapes."""
+    fields = _decoder(cfg, notes)
+    _window(cfg, fields, notes)
+    return fields
+
+
 _MAPPERS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
-            "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "t5": _t5, "bart": _bart}
+            "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "t5": _t5, "bart": _bart, "gemma": _gemma,
+            "gpt_bigcode": _gpt_bigcode, "roberta": _roberta, "xlm-roberta": _roberta, "opt": _opt,
+            "granite": _granite, "phi3": _phi3}
