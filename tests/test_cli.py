@@ -154,9 +154,9 @@ def test_entry_point_builds_only_the_command_it_runs(monkeypatch, capsys):
         with pytest.raises(SystemExit) as exit_:
             cli.main()
         assert exit_.value.code == 0
-    assert built == [["count"], ["count", "compare", "check", "profile", "memory", "train", "presets"]]
+    assert built == [["count"], ["count", "compare", "check", "profile", "memory", "infer", "train", "presets"]]
     help_text = capsys.readouterr().out
-    assert all(name in help_text for name in ("count", "compare", "check", "profile", "memory", "train", "presets"))
+    assert all(name in help_text for name in ("count", "compare", "check", "profile", "memory", "infer", "train", "presets"))
     assert [c.name for c in cli.app.registered_commands] == built[1]  # restored
 
 
@@ -167,7 +167,8 @@ def test_the_pure_python_commands_import_neither_torch_nor_fvcore():
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n        main()\n    except SystemExit as e:\n        assert e.code == 0, e.code\n"
             "for cmd in (['compare', 'gpt2', 'llama2-7b'], ['presets'], ['memory', '-p', 'llama3-8b', '--gpu', 'h100'],\n"
-            "            ['train', '-p', 'gpt2', '--tokens', '1T', '--gpus', '8', '--gpu', 'h100', '--mfu', '0.4']):\n"
+            "            ['train', '-p', 'gpt2', '--tokens', '1T', '--gpus', '8', '--gpu', 'h100', '--mfu', '0.4'],\n"
+            "            ['infer', '-p', 'llama3-8b', '--gpu', 'h100', '--context', '4096']):\n"
             "    sys.argv = ['tfcalc', *cmd]\n"
             "    with contextlib.redirect_stdout(io.StringIO()):\n"
             "        try:\n            main()\n        except SystemExit as e:\n            assert e.code == 0\n"

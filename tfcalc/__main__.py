@@ -7,7 +7,7 @@ import os
 import sys
 
 # The commands that never import torch: short processes that must start fast (benchmarks/startup.py).
-PURE_PYTHON = {"count", "compare", "presets", "memory", "train"}
+PURE_PYTHON = {"count", "compare", "presets", "memory", "train", "infer"}
 EXIT_INTERRUPTED, EXIT_WRITE_FAILED = 130, 1
 
 

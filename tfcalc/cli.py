@@ -446,6 +446,41 @@ def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, 
         _print_tables([render.memory_table(m)], fmt, header)
 
 
+@app.command("infer")
+@spec_flags
+def infer_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
+              gpu: Annotated[Optional[str], typer.Option("--gpu", help="The GPU (h100-sxm, a100-80gb, ...): its "
+                                                                       "dense peak and bandwidth.")] = None,
+              context: Annotated[Optional[int], typer.Option("--context", parser=_integer, metavar="N", help=(
+                  "Prompt tokens per sequence: prefilled, then decoded against (default seq_len)."))] = None,
+              src_len: SrcLenOpt = None,
+              dtype: Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, or weight-only fp8, "
+                                                                 "int8, int4.")] = "bf16",
+              kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache (default: the "
+                                                                                 "weights', bf16 if quantized).")]
+              = None,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by."""
+    from .plan.gpus import lookup
+    from .plan.roofline import inference_plan
+
+    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    if gpu is None:
+        raise TfcalcError("give --gpu NAME (h100-sxm, a100-80gb, ...): the roofline needs its peak and bandwidth")
+    plan = inference_plan(model_spec, lookup(gpu), model_spec.seq_len if context is None else context,
+                          model_spec.batch_size, dtype, kv_dtype,
+                          (src_len or model_spec.seq_len) if model_spec.is_encoder_decoder else src_len)
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({"spec": model_spec.model_dump(), **plan.to_dict()}))
+    elif fmt is Format.csv:
+        data = {k: v for k, v in plan.to_dict().items() if k not in ("prefill", "decode")}
+        typer.echo(render.to_csv(["figure", "value"], render.flatten(data)), nl=False)
+    else:
+        _print_tables(render.infer_tables(plan), fmt, [f"{model_spec.label}: {render.describe(model_spec)}",
+                                                       f"source: {source}"])
+
+
 def _tokens(text: str) -> int:
     """A token count: 15_600_000_000_000, 15.6T, 2e12, 300B (K, M, B or G, T: 10^3 ... 10^12), exactly."""
     from decimal import Decimal, InvalidOperation

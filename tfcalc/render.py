@@ -334,6 +334,41 @@ def train_table(b, run: dict | None = None) -> Table:
     return Table("Training budget", ["figure", "exact", "readable"], rows, caption, right={1, 2}, optional=[2])
 
 
+def infer_tables(plan) -> list[Table]:
+    """A plan.roofline.InferencePlan: the two phases, then decode's ops by time."""
+    p, d = plan.prefill, plan.decode
+
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1e3:,.3f} ms"
+
+    rows = [["prefill", f"{p.workload.batch_size} x {p.workload.seq_len:,} tokens", ms(p.seconds),
+             f"{p.tokens_per_s:,.0f}", sci(p.flops), binary_bytes(p.bytes), p.bound],
+            ["decode", f"{d.workload.batch_size} x 1 token, {d.workload.context:,} cached", ms(d.seconds),
+             f"{d.tokens_per_s:,.0f}", sci(d.flops), binary_bytes(d.bytes), d.bound]]
+    summary = Table(f"Roofline on {plan.gpu.name} ({plan.dtype})", ["phase", "workload", "time", "tokens/s",
+                    "FLOPs", "bytes moved", "bound"], rows,
+                    f"time to first token = prefill; decode tokens/s = sequences / step time. Peak "
+                    f"{sci(plan.peak)} FLOP/s dense, {plan.gpu.bandwidth_bytes_per_s / 1e12:,.2f} TB/s: ridge "
+                    f"{plan.peak / plan.gpu.bandwidth_bytes_per_s:,.0f} FLOPs per byte. A bound, not a measurement "
+                    "(docs/planning.md).", right={2, 3, 4, 5})
+    by_component: dict[str, list] = {}
+    for op in d.ops:
+        entry = by_component.setdefault(op.component, [0, 0, 0.0, set()])
+        entry[0] += op.flops
+        entry[1] += op.bytes
+        entry[2] += op.seconds
+        entry[3].add(op.bound)
+    ranked = sorted(by_component.items(), key=lambda kv: -kv[1][2])[:12]
+    ops = Table("Decode step by component (slowest first)", ["component", "time", "share", "FLOPs", "bytes",
+                "FLOPs/byte", "bound"],
+                [[name, ms(t), pct(Fraction(t / d.seconds).limit_denominator(10**9)), sci(f) if f else "0",
+                  binary_bytes(b), f"{f / b:,.1f}" if b else "-", "/".join(sorted(bound))]
+                 for name, (f, b, t, bound) in ranked],
+                "norms, activations and residual adds read and write their elements; the attention core reads every "
+                "cached key and value", right={1, 2, 3, 4, 5}, optional=[5, 2])
+    return [summary, ops]
+
+
 def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
     rows = [[name, desc, human(r.params.total), human(r.params.active) if r.params.active != r.params.total else "",
              f"{r.spec.seq_len:,}", sci(r.flops.forward), source]

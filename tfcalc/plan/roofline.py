@@ -1,0 +1,172 @@
+"""Prefill and decode on a roofline: each op of the inventory bounded by the GPU's peak FLOP/s or its memory
+bandwidth, whichever is slower. No torch.
+
+    >>> from tfcalc import load_preset
+    >>> from tfcalc.plan.gpus import lookup
+    >>> r = inference_plan(load_preset("llama2-7b"), lookup("a100-80gb"), context=1024)
+    >>> r.decode.bound, round(r.decode.tokens_per_s)   # batch 1: every weight read for one token
+    ('memory', 148)
+
+Conventions, stated once (a roofline is a bound, not a measurement):
+- An op's time is max(FLOPs / peak, bytes / bandwidth): the dense datasheet peak in the compute dtype and the
+  datasheet bandwidth. Ops do not overlap, and no kernel reaches either roof: a real step is slower.
+- Bytes moved: a linear layer reads its weights once per step (shared by the batch) and its input, and writes
+  its output; a routed expert layer reads the weights of min(E, token-expert pairs) experts (every pair on its
+  own expert: the most it can read); the attention core reads q, the keys and values of every key (the KV cache
+  in decode) and writes its output, as a fused kernel does (scores stay on chip), and its FLOPs are the pairs the
+  mask keeps; norms, activations and residual adds read and write their elements. Weights and activations in the
+  weights' dtype (activations 2 bytes for quantized weights), the KV cache in `kv_dtype`.
+- Prefill processes the prompt (`context` tokens) into the cache, and its time is the time to first token;
+  decode processes one new token per sequence against `context` cached ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ..arch import AttentionCore, Elementwise, Matmul, Norm, Workload, build, validate
+from ..counts.folds import matmul, pairs
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+from .gpus import Gpu
+from .memory import DTYPE_BYTES, QUANTIZED
+
+PEAK_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "int8": "bf16", "int4": "bf16"}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    component: str
+    repeat: int
+    flops: int  # all repeats
+    bytes: int  # all repeats
+    seconds: float
+    bound: str  # "compute" or "memory"
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    phase: str
+    workload: Workload
+    ops: list[OpCost] = field(repr=False)
+
+    @property
+    def seconds(self) -> float:
+        return sum(op.seconds for op in self.ops)
+
+    @property
+    def flops(self) -> int:
+        return sum(op.flops for op in self.ops)
+
+    @property
+    def bytes(self) -> int:
+        return sum(op.bytes for op in self.ops)
+
+    @property
+    def bound(self) -> str:
+        """What most of the step's time is bound by."""
+        memory = sum(op.seconds for op in self.ops if op.bound == "memory")
+        return "memory" if memory >= self.seconds / 2 else "compute"
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.workload.tokens / self.seconds
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "workload": self.workload.model_dump(), "seconds": self.seconds,
+                "tokens_per_s": self.tokens_per_s, "flops": self.flops, "bytes": self.bytes, "bound": self.bound,
+                "ops": [{"component": op.component, "repeat": op.repeat, "flops": op.flops, "bytes": op.bytes,
+                         "seconds": op.seconds, "bound": op.bound} for op in self.ops]}
+
+
+@dataclass(frozen=True)
+class InferencePlan:
+    spec: ModelSpec
+    gpu: Gpu
+    dtype: str
+    kv_dtype: str
+    prefill: PhaseCost
+    decode: PhaseCost
+
+    @property
+    def peak(self) -> int:
+        return self.gpu.peak_flops[PEAK_DTYPE[self.dtype]]
+
+    def to_dict(self) -> dict:
+        return {"gpu": self.gpu.name, "dtype": self.dtype, "kv_dtype": self.kv_dtype, "peak_flops_per_s": self.peak,
+                "bandwidth_bytes_per_s": self.gpu.bandwidth_bytes_per_s,
+                "ridge_flops_per_byte": self.peak / self.gpu.bandwidth_bytes_per_s,
+                "time_to_first_token_s": self.prefill.seconds, "decode_time_per_step_s": self.decode.seconds,
+                "decode_tokens_per_s": self.decode.tokens_per_s,
+                "prefill": self.prefill.to_dict(), "decode": self.decode.to_dict()}
+
+
+def _op_cost(op, repeat: int, weight_bytes: Fraction, act: int, kv: Fraction) -> tuple[int, int] | None:
+    """(FLOPs, bytes) of one op, all its repeats; None for ops that move nothing (tables)."""
+    if isinstance(op, Matmul):
+        if not op.m:
+            return None
+        read = min(op.weights, op.m) if op.active is not None else op.weights  # routed: experts touched
+        weights = int(read * op.k * op.n * weight_bytes) if read else op.k * op.n * act  # tied head: the table
+        moved = weights + op.m * (op.k + op.n) * act
+        return repeat * matmul(op.m, op.k, op.n), repeat * moved
+    if isinstance(op, AttentionCore):
+        if not op.s_q:
+            return None
+        kept = pairs(op, windows=True)
+        flops = op.b * op.h * (matmul(kept, op.d_qk, 1) + matmul(kept, 1, op.d_v))
+        keys = op.s_k if op.mask.window is None else min(op.s_k, op.mask.window + op.s_q - 1)
+        moved = (op.b * op.h * op.s_q * (op.d_qk + op.d_v) * act  # q in, out
+                 + int(op.b * op.kv_heads * keys * (op.d_qk + op.d_v) * kv))  # every key and value read
+        return repeat * flops, repeat * moved
+    if isinstance(op, Norm):
+        return (0, repeat * 2 * op.rows * op.width * act) if op.rows else None
+    if isinstance(op, Elementwise):
+        return (0, repeat * 2 * op.elements * act) if op.elements else None
+    return None
+
+
+def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16",
+               kv_dtype: str | None = None) -> PhaseCost:
+    if dtype not in DTYPE_BYTES:
+        raise TfcalcError(f"dtype={dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
+    kv_dtype = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
+    if kv_dtype not in DTYPE_BYTES or kv_dtype == "int4":
+        raise TfcalcError(f"kv_dtype={kv_dtype!r}: expected one of fp32, bf16, fp16, fp8, int8")
+    peak_dtype = PEAK_DTYPE[dtype]
+    if peak_dtype not in gpu.peak_flops:
+        raise TfcalcError(f"dtype={dtype!r}: {gpu.name} has no {peak_dtype} peak (it has "
+                          f"{', '.join(gpu.peak_flops)})")
+    peak, bandwidth = gpu.peak_flops[peak_dtype], gpu.bandwidth_bytes_per_s
+    act = 2 if dtype in QUANTIZED else int(DTYPE_BYTES[dtype])
+    inv = build(spec, workload)
+    validate(spec, inv.workload)
+    ops = []
+    for op, repeat in inv:
+        cost = _op_cost(op, repeat, DTYPE_BYTES[dtype], act, DTYPE_BYTES[kv_dtype])
+        if cost is None:
+            continue
+        flops, moved = cost
+        compute, memory = flops / peak, moved / bandwidth
+        ops.append(OpCost(op.component, repeat, flops, moved, max(compute, memory),
+                          "compute" if compute >= memory else "memory"))
+    return PhaseCost(inv.workload.phase, inv.workload, ops)
+
+
+def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1, dtype: str = "bf16",
+                   kv_dtype: str | None = None, src_len: int | None = None) -> InferencePlan:
+    """Prefill of a `context`-token prompt (time to first token) and decode of one token against it, for
+    `batch_size` sequences on one `gpu`."""
+    if not isinstance(context, int) or context < 1:
+        raise TfcalcError(f"context={context!r}: expected a positive number of tokens")
+    prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len)
+    decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len)
+    kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
+    return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv),
+                         phase_cost(spec, decode, gpu, dtype, kv))
