@@ -254,8 +254,7 @@ def compare_cmd(
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
-    """Several models side by side: a column per model, a row per figure. Spec and workload flags apply to every
-    model."""
+    """Several models side by side, a column per model; spec and workload flags apply to every model."""
     results: list[CountResult] = []
     for model in models:
         try:
@@ -289,10 +288,10 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
               phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
               tgt_len: TgtLenOpt = None, device: DeviceOpt = "meta", train: TrainOpt = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Hold the analytic counts against torch's FlopCounterMode and fvcore on the real PyTorch model, built for
-    the workload (a KV cache in prefill and decode).
+    """Hold the counts against FlopCounterMode and fvcore on the real PyTorch model, built for the workload.
 
-    Exit code 0 when every row matches, 1 on a mismatch, 2 on bad input."""
+    With a context (prefill, decode) the model keeps a KV cache. Exit code 0 when every row matches, 1 on a
+    mismatch, 2 on bad input."""
     import_torch()
     from .verify import check
 
