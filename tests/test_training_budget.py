@@ -71,12 +71,16 @@ def test_the_train_command():
     measured = json.loads(runner.invoke(app, ["train", "-p", "gpt2", "--tokens-per-second", "1e5", "--gpus", "1",
                                               "--gpu", "a100-80gb", "--json"]).output)
     assert measured["run"]["mfu"] == pytest.approx(1e5 * 3 * 291_648_307_200 / 1024 / 312e12)
+    assert "tokens" not in measured  # no budget was asked for
     for args, message in ((["--tokens", "1.5"], "'1.5': expected a whole, positive number of tokens"),
                           (["--tokens", "lots"], "'lots' is not a number of tokens"),
                           (["--tokens", "1T", "--mfu", "0.4"], "--mfu and --tokens-per-second need --gpus and --gpu"),
                           (["--tokens", "1T", "--recompute", "some"], "recompute='some': expected one of"),
                           (["--tokens", "1T", "--gpus", "8", "--gpu", "h100", "--mfu", "40"], "mfu=40.0: expected a fraction"),
-                          ([], "give --tokens D")):
+                          ([], "give --tokens D"),
+                          (["--tokens-per-second", "1e5", "--gpus", "0", "--gpu", "h100"], "gpus=0: expected a positive"),
+                          (["--tokens-per-second", "inf", "--gpus", "1", "--gpu", "h100"], "tokens_per_second=inf"),
+                          (["--tokens", "1T", "--price", "nan"], "price_per_gpu_hour=nan: expected a positive")):
         bad = runner.invoke(app, ["train", "-p", "gpt2", *args])
         (line,) = bad.output.strip().splitlines()
         assert bad.exit_code == 2 and line.startswith("tfcalc: error: ") and message in line, bad.output

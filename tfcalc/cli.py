@@ -407,16 +407,19 @@ def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, 
                        on_step=lambda kind: progress.advance(task))
 
 
+# the planning commands' dtypes (tfcalc.plan.memory)
+WeightsDtypeOpt = Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, or weight-only fp8, int8, "
+                                                             "int4.")]
+KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help=(
+    "KV cache: fp32, bf16, fp16, fp8 or int8 (default: the weights' for fp32/bf16/fp16, else bf16)."))]
+
+
 @app.command("memory")
 @spec_flags
 def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
                phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
                tgt_len: TgtLenOpt = None,
-               dtype: Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, or weight-only fp8, "
-                                                                  "int8, int4.")] = "bf16",
-               kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help=(
-                   "KV cache: fp32, bf16, fp16, fp8 or int8 (default: the weights' for fp32/bf16/fp16, else "
-                   "bf16)."))] = None,
+               dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
                gpu: Annotated[Optional[str], typer.Option("--gpu", help="A GPU by name (h100-sxm, a100-80gb, ...): "
                                                                         "does it fit, and how many sequences.")]
                = None,
@@ -453,11 +456,7 @@ def infer_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
               context: Annotated[Optional[int], typer.Option("--context", parser=_integer, metavar="N", help=(
                   "Prompt tokens per sequence: prefilled, then decoded against (default seq_len)."))] = None,
               src_len: SrcLenOpt = None,
-              dtype: Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, or weight-only fp8, "
-                                                                 "int8, int4.")] = "bf16",
-              kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache (default: the "
-                                                                                 "weights', bf16 if quantized).")]
-              = None,
+              dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by."""
     from .plan.gpus import lookup
@@ -530,17 +529,14 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             raise TfcalcError(f"dtype={dtype!r}: {card.name} has no {dtype} peak (it has "
                               f"{', '.join(card.peak_flops)})")
         peak = card.peak_flops[dtype]
-    needs = {"--gpus": gpus, "--gpu": gpu} if (mfu is not None or tokens_per_second is not None) else {}
-    missing = [flag for flag, value in needs.items() if value is None]
-    if tokens_per_second is not None and gpus is None and gpu is not None:
-        missing = ["--gpus"]
-    if missing:
+    if (mfu is not None or tokens_per_second is not None) and (gpus is None or gpu is None):
+        missing = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu)) if value is None]
         raise TfcalcError(f"--mfu and --tokens-per-second need {' and '.join(missing)}")
-    budget = training_budget(model_spec, tokens or model_spec.seq_len, recompute, gpus, card and card.name, peak,
-                             mfu, price)
+    budget = None if tokens is None else training_budget(model_spec, tokens, recompute, gpus, card and card.name,
+                                                         peak, mfu, price)
     run = mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute) if tokens_per_second else None
     fmt = Format.json if as_json else fmt
-    data = {"spec": model_spec.model_dump(), **(budget.to_dict() if tokens else {}), **({"run": run} if run else {})}
+    data = {"spec": model_spec.model_dump(), **(budget.to_dict() if budget else {}), **({"run": run} if run else {})}
     if fmt is Format.json:
         typer.echo(render.to_json(data))
     elif fmt is Format.csv:

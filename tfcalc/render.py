@@ -309,15 +309,15 @@ def memory_table(m) -> Table:
 
 
 def train_table(b, run: dict | None = None) -> Table:
-    """A plan.train.TrainingBudget (and, with `run`, the MFU of a measured run)."""
-    rows = [["tokens", exact(b.tokens), human(b.tokens)],
+    """A plan.train.TrainingBudget, and/or, with `run`, the MFU of a measured run."""
+    rows = [] if b is None else [["tokens", exact(b.tokens), human(b.tokens)],
             ["FLOPs per token (train step)", exact(b.flops_per_token.numerator) if b.flops_per_token.denominator == 1
              else f"{float(b.flops_per_token):,.1f}", sci(round(b.flops_per_token))],
             ["FLOPs, attention over every pair", exact(b.flops), sci(b.flops)],
             ["FLOPs, causal attention", exact(b.flops_causal), sci(b.flops_causal)],
             ["6ND (N = active parameters)", exact(b.six_nd), sci(b.six_nd)],
             [f"hardware FLOPs (recompute {b.recompute})", exact(b.hardware_flops), sci(b.hardware_flops)]]
-    if b.seconds is not None:
+    if b is not None and b.seconds is not None:
         rows += [[f"time on {b.gpus:,} x {b.gpu_name} at MFU {float(b.mfu):.0%}", f"{b.seconds / 86400:,.1f} days",
                   f"{b.seconds:,.0f} s"],
                  ["GPU-hours", f"{b.gpu_hours:,.0f}", ""]]
@@ -328,6 +328,10 @@ def train_table(b, run: dict | None = None) -> Table:
                  ["MFU (every pair)", pct(Fraction(run["mfu"])), ""],
                  ["MFU (causal attention)", pct(Fraction(run["mfu_causal"])), ""],
                  [f"HFU (recompute {run['recompute']})", pct(Fraction(run["hfu"])), ""]]
+    if b is None:
+        return Table("MFU of a run", ["figure", "exact", "readable"], rows,
+                     "model FLOPs per token (a train step, 3 x forward) x tokens/s over the GPUs' dense datasheet peak",
+                     right={1, 2}, optional=[2])
     caption = (f"train step = 3 x forward on sequences of {b.spec.seq_len:,} tokens; time from the causal figure "
                "(what a fused attention kernel computes) at the MFU given, against the GPU's dense datasheet peak; "
                "6ND beside it (docs/planning.md).")

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..arch import Workload, build, validate
-from ..counts import count, folds
+from ..arch import Workload
+from ..counts import count
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 
@@ -101,6 +101,11 @@ class TrainingBudget:
         }
 
 
+def _positive(value: float) -> bool:
+    """A finite number above 0 (not nan, not inf)."""
+    return 0 < value < float("inf")
+
+
 def _whole(q: Fraction) -> int:
     return round(q)  # exact when whole (every decoder); else the nearest FLOP
 
@@ -108,51 +113,47 @@ def _whole(q: Fraction) -> int:
 def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus: int | None = None,
                     gpu_name: str | None = None, peak_flops_per_s: int | None = None, mfu: float | None = None,
                     price_per_gpu_hour: float | None = None) -> TrainingBudget:
-    """The FLOPs of training `spec` on `tokens` tokens (whole sequences of spec.seq_len), and with `gpus`, a peak
-    and an MFU, the time (and with a price, the cost)."""
+    """The FLOPs of training `spec` on `tokens` tokens (in sequences of spec.seq_len), and with `gpus`, a peak and
+    an MFU, the time (and with a price, the cost)."""
     if recompute not in RECOMPUTE:
         raise TfcalcError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         raise TfcalcError(f"tokens={tokens!r}: expected a positive integer")
     for field, value in (("gpus", gpus), ("mfu", mfu), ("price_per_gpu_hour", price_per_gpu_hour)):
-        if value is not None and not value > 0:
+        if value is not None and not _positive(value):
             raise TfcalcError(f"{field}={value!r}: expected a positive number")
     if mfu is not None and mfu > 1:
         raise TfcalcError(f"mfu={mfu!r}: expected a fraction of the peak, at most 1 (0.4 for 40%)")
-    per_token, per_token_causal, hardware = _per_token(spec, recompute)
-    r = count(spec)
+    per_token, per_token_causal, hardware, active = _per_token(spec, recompute)
     return TrainingBudget(spec, tokens, recompute, per_token, per_token_causal, hardware,
-                          r.params.active, gpus, gpu_name, peak_flops_per_s,
+                          active, gpus, gpu_name, peak_flops_per_s,
                           None if mfu is None else Fraction(mfu), None if price_per_gpu_hour is None
                           else Fraction(price_per_gpu_hour))
 
 
-def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fraction]:
-    """(model FLOPs, model FLOPs with causal attention, hardware FLOPs) per token of a train step."""
-    workload = Workload(seq_len=spec.seq_len, batch_size=1,
-                        src_len=spec.seq_len if spec.is_encoder_decoder else None)
-    inv = build(spec, workload)
-    validate(spec, workload)
-    forward = folds.forward(inv)
-    causal = folds.masked_attention(inv, windows=False)
-    tokens = workload.tokens
-    model = 3 * forward.total
-    model_causal = model - 3 * sum(forward[k] - causal[k] for k in causal)
+def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fraction, int]:
+    """(model FLOPs, model FLOPs with causal attention, hardware FLOPs) per token of a train step of one sequence,
+    and the active parameters: read off one count."""
+    r = count(spec, Workload(seq_len=spec.seq_len, src_len=spec.seq_len if spec.is_encoder_decoder else None))
+    forward, tokens = r.flops.components, r.flops.tokens
+    model, model_causal = 3 * r.flops.forward, 3 * r.flops.forward_causal
     if recompute == "full":  # every block's forward again; not the embeddings, not the head
         again = sum(v for k, v in forward.items() if k != "head" and k != "pooler")
     elif recompute == "selective":  # the attention cores (scores and values) again
         again = sum(v for k, v in forward.items() if k.endswith(("/scores", "/values")))
     else:
         again = 0
-    return Fraction(model, tokens), Fraction(model_causal, tokens), Fraction(model + again, tokens)
+    return Fraction(model, tokens), Fraction(model_causal, tokens), Fraction(model + again, tokens), r.params.active
 
 
 def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s: int,
                recompute: str = "none") -> dict:
     """The MFU (and HFU) of a measured run: model FLOPs per token x tokens/s over the GPUs' peak."""
-    if not tokens_per_s > 0:
+    if not _positive(tokens_per_s):
         raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: expected a positive number")
-    per_token, per_token_causal, hardware = _per_token(spec, recompute)
+    if not _positive(gpus):
+        raise TfcalcError(f"gpus={gpus!r}: expected a positive number")
+    per_token, per_token_causal, hardware, _ = _per_token(spec, recompute)
     peak = gpus * peak_flops_per_s
     return {"tokens_per_second": tokens_per_s, "gpus": gpus, "peak_flops_per_s": peak_flops_per_s,
             "mfu": float(per_token) * tokens_per_s / peak, "mfu_causal": float(per_token_causal) * tokens_per_s / peak,
