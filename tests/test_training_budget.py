@@ -91,3 +91,22 @@ def test_training_budget_refuses_bad_values():
         training_budget(load_preset("gpt2"), 0)
     with pytest.raises(TfcalcError, match="gpus=-1: expected a positive number"):
         training_budget(load_preset("gpt2"), 1024, gpus=-1)
+
+
+def test_cli_flops_budget():
+    from tfcalc.plan.chinchilla import optimal_tokens_for_params
+
+    flops, tokens = optimal_tokens_for_params(10**12)  # Table 3: 1T parameters -> 1.27e26 FLOPs, 21.2T tokens
+    r = runner.invoke(app, ["train", "--flops-budget", repr(flops), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert round(data["params"] / 1e12, 3) == 1.0 and [a["approach"] for a in data["approaches"]][0] == "1"
+    r = runner.invoke(app, ["train", "-p", "llama2-7b", "--flops-budget", "1e23", "--json"])
+    model = json.loads(r.output)["model"]
+    per_token = training_budget(load_preset("llama2-7b"), 1).flops_per_token_causal
+    assert model["tokens"] == int(1e23 / float(per_token))
+    for args, message in ((["--flops-budget", "0"], "positive"), (["--flops-budget", "nan"], "positive"),
+                          (["--flops-budget", "x"], "not a number"),
+                          (["-p", "gpt2", "--flops-budget", "1e20", "--tokens", "1B"], "give one")):
+        r = runner.invoke(app, ["train", *args])
+        assert r.exit_code == 2 and message in r.output, (args, r.output)

@@ -3,6 +3,7 @@ into messages (one line per problem on stderr, exit code 2)."""
 
 
 import enum
+from fractions import Fraction
 import functools
 import inspect
 import os
@@ -494,6 +495,22 @@ def _tokens(text: str) -> int:
     return int(value)
 
 
+def _flops(text: str) -> int | float:
+    """A FLOP budget: 5.76e23, 1e24, 3.8e25 or a whole number, kept as typed (an integer stays exact)."""
+    from decimal import Decimal, InvalidOperation
+
+    if len(text) > MAX_DIGITS + 10:
+        raise typer.BadParameter(f"{text[:12]}... ({len(text)} characters): at most {MAX_DIGITS} digits")
+    try:
+        value = Decimal(text.replace("_", ""))
+    except InvalidOperation:
+        raise typer.BadParameter(f"{text!r} is not a number of FLOPs (5.76e23, 1e24)") from None
+    if not value.is_finite() or value <= 0:
+        raise typer.BadParameter(f"{text!r}: expected a positive number of FLOPs")
+    return int(value) if value == value.to_integral_value() and "e" not in text.lower() and "." not in text \
+        else float(value)
+
+
 @app.command("train")
 @spec_flags
 def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
@@ -513,13 +530,29 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                                                                          "full (every block).")] = "none",
               tokens_per_second: Annotated[Optional[float], typer.Option("--tokens-per-second", help=(
                   "A measured run's throughput, all GPUs together: its MFU."))] = None,
+              flops_budget: Annotated[Optional[float], typer.Option("--flops-budget", parser=_flops, metavar="C",
+                                                                    help=(
+                  "A compute budget in FLOPs (5.76e23): the compute-optimal parameters and tokens (Hoffmann et "
+                  "al. 2022); with a model, also the tokens C buys it."))] = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Training budget: FLOPs for D tokens from the exact count, time and cost on K GPUs, or a run's MFU."""
+    """Training budget: FLOPs for D tokens from the exact count, time and cost on K GPUs, a run's MFU, or the
+    compute-optimal size for a FLOP budget."""
     from .plan.train import mfu_of_run, training_budget
 
+    modelled = any(v is not None for v in (preset, spec, hf_config)) or bool(overrides)
+    if flops_budget is not None and not modelled:
+        _compute_optimal(flops_budget, None, fmt, as_json)
+        return
     model_spec, source = resolve(preset, spec, overrides, hf_config)
+    if flops_budget is not None:
+        if tokens is not None:
+            raise TfcalcError(f"--flops-budget {flops_budget:g} and --tokens {tokens}: give one (the budget "
+                              "decides the tokens)")
+        _compute_optimal(flops_budget, (model_spec, source, recompute), fmt, as_json)
+        return
     if tokens is None and tokens_per_second is None:
-        raise TfcalcError("give --tokens D (a training budget) or --tokens-per-second X (the MFU of a run)")
+        raise TfcalcError("give --tokens D (a training budget), --tokens-per-second X (the MFU of a run) or "
+                          "--flops-budget C (the compute-optimal size)")
     peak = card = None
     if gpu is not None:
         from .plan.gpus import lookup
@@ -545,6 +578,37 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     else:
         _print_tables([render.train_table(budget, run)], fmt,
                       [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}"])
+
+
+def _compute_optimal(flops, model, fmt: Format, as_json: bool) -> None:
+    """Chinchilla's compute-optimal size for `flops`; with (spec, source, recompute), the tokens it buys that model
+    (its exact train-step FLOPs per token)."""
+    from .plan.chinchilla import compute_optimal
+
+    result = compute_optimal(flops)
+    data: dict = {"flops_budget": flops, **result.to_dict()}
+    fit = None
+    if model is not None:
+        from .plan.train import training_budget
+
+        spec, source, recompute = model
+        per_token = training_budget(spec, 1, recompute).flops_per_token_causal
+        tokens = int(Fraction(flops) / per_token) if isinstance(flops, int) else int(flops / float(per_token))
+        n = count(spec).params.active
+        fit = {"tokens": tokens, "flops_per_token_causal": float(per_token), "params_active": n,
+               "tokens_per_param": tokens / n, "optimal_params": result.params,
+               "params_over_optimal": n / result.params}
+        data["model"] = {"spec": spec.model_dump(), **fit}
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json(data))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["figure", "value"], render.flatten(data if model is None else
+                                                                     {k: v for k, v in data.items() if k != "model"}
+                                                                     | {"model": fit})), nl=False)
+    else:
+        lines = [] if model is None else [f"{model[0].label}: {render.describe(model[0])}", f"source: {model[1]}"]
+        _print_tables([render.compute_optimal_table(result, fit, model and model[0].label)], fmt, lines)
 
 
 @app.command("presets")

@@ -308,6 +308,22 @@ def memory_table(m) -> Table:
                  optional=[3], label_columns=1)
 
 
+def compute_optimal_table(result, fit: dict | None = None, label: str | None = None) -> Table:
+    """plan.chinchilla.ComputeOptimal: each approach's parameters and tokens for the budget; with `fit`, what the
+    budget buys one model."""
+    rows = [[e.label, sci(e.params), human(e.params), sci(e.tokens), human(e.tokens), f"{e.tokens_per_param:.1f}"]
+            for e in result.approaches]
+    if fit is not None:
+        rows.append([f"{label}: the tokens C buys it (exact train FLOPs)", sci(fit["params_active"]),
+                     human(fit["params_active"]), sci(fit["tokens"]), human(fit["tokens"]),
+                     f"{fit['tokens_per_param']:.1f}"])
+    caption = (f"C = {sci(result.flops)} FLOPs; C = 6ND for the approaches (Hoffmann et al. 2022: approach 1 is "
+               "Table 3's projection, the headline; docs/planning.md)"
+               + ("; the model's row divides C by its exact causal train-step FLOPs per token." if fit else "."))
+    return Table("Compute-optimal size", ["", "parameters", "", "tokens", "", "tokens/param"], rows, caption,
+                 right={1, 2, 3, 4, 5}, optional=[2, 4], label_columns=1)
+
+
 def train_table(b, run: dict | None = None) -> Table:
     """A plan.train.TrainingBudget, and/or, with `run`, the MFU of a measured run."""
     rows = [] if b is None else [["tokens", exact(b.tokens), human(b.tokens)],
