@@ -1,3 +1,5 @@
+from fractions import Fraction
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -49,3 +51,19 @@ def test_non_matmul_is_reported_apart():
     assert r.non_matmul.total > 0
     assert r.flops.forward == 291_648_307_200  # unchanged by the estimate
     assert r.non_matmul["attention/softmax"] == 12 * 12 * 1024 * 1024 * 6
+
+
+def test_a_ratio_past_a_floats_range_is_shown_not_raised():
+    # a 321-digit token-type table makes PaLM's 6N (N counts it) 10^317 times the exact FLOPs: no float holds it
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    big = 10**320
+    r = count(ModelSpec(n_layers=2, d_model=32, n_heads=4, vocab_size=50, seq_len=8, max_positions=8,
+                        n_token_types=big))
+    palm = next(e for e in r.estimates if e.name == "palm")
+    assert palm.ratio == str(Fraction(palm.value, palm.exact))
+    out = CliRunner().invoke(app, ["count", "-L", "2", "-d", "32", "-H", "4", "-V", "50", "-N", "8",
+                                   "--max-positions", "8", "--n-token-types", str(big)])
+    assert out.exit_code == 0 and "Traceback" not in out.output

@@ -89,6 +89,11 @@ def share(part: int, whole: int) -> Fraction:
     return Fraction(part, whole) if whole else Fraction(0)
 
 
+def ratio(q: Fraction) -> str:
+    """A ratio to 4 decimals; past 10^15, in scientific form (a float cannot hold every ratio of huge counts)."""
+    return f"{float(q):.4f}" if q < 10**15 else sci(round(q))
+
+
 def bar(share: float | Fraction, width: int = 12) -> str:
     eighths = round(share * width * 8)
     full, part = divmod(eighths, 8)
@@ -213,7 +218,7 @@ def component_table(result: CountResult) -> Table:
 
 def estimates_table(result: CountResult) -> Table:
     rows = [[e.name, e.formula, sci(e.value), f"{e.compared_with} {sci(e.exact)}",
-             f"{float(share(e.value, e.exact)):.4f}"]
+             ratio(share(e.value, e.exact))]
             for e in result.estimates]
     return Table("Published estimates against the exact count", ["estimate", "formula", "estimate",
                  "exact", "ratio"], rows, "ratio = estimate / exact", right={2, 3, 4})

@@ -24,9 +24,12 @@ class Estimate:
     compared_with: str
 
     @property
-    def ratio(self) -> float:
-        """estimate / exact."""
-        return self.value / self.exact
+    def ratio(self) -> float | str:
+        """estimate / exact; where a float cannot hold it (a spec of hundreds of digits), the fraction 'n/d'."""
+        try:
+            return self.value / self.exact
+        except OverflowError:
+            return str(Fraction(self.value, self.exact))
 
     def to_dict(self) -> dict:
         return {
