@@ -93,7 +93,7 @@ def test_the_memory_command():
     table = runner.invoke(app, ["memory", "-p", "llama3-8b", "--context", "8192", "-B", "16"])
     assert "17,181,966,336" in table.output and "16.00 GiB" in table.output
     for args, message in ((["--dtype", "int3"], "dtype='int3': expected one of"),
-                          (["--phase", "train"], "inference memory is for phase 'prefill' or 'decode'")):
+                          (["--phase", "decode", "--zero", "1"], "--zero: a training flag; --phase decode plans inference")):
         bad = runner.invoke(app, ["memory", "-p", "gpt2", *args])
         (line,) = bad.output.strip().splitlines()
         assert bad.exit_code == 2 and line.startswith("tfcalc: error: ") and message in line

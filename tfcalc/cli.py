@@ -415,29 +415,86 @@ KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help=(
     "KV cache: fp32, bf16, fp16, fp8 or int8 (default: the weights' for fp32/bf16/fp16, else bf16)."))]
 
 
+_TRAINING = "Training (any of these plans a train step: memory per GPU)"
+
+
+def _training_opt(flag: str, text: str, **kw):
+    return typer.Option(flag, rich_help_panel=_TRAINING, show_default=False, help=text, **kw)
+
+
 @app.command("memory")
 @spec_flags
 def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
                phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
                tgt_len: TgtLenOpt = None,
-               dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+               dtype: Annotated[Optional[str], typer.Option("--dtype", show_default=False, help=(
+                   "Inference weights: fp32, bf16 (default), fp16, or weight-only fp8, int8, int4."))] = None,
+               kv_dtype: KvDtypeOpt = None,
                gpu: Annotated[Optional[str], typer.Option("--gpu", help="A GPU by name (h100-sxm, a100-80gb, ...): "
-                                                                        "does it fit, and how many sequences.")]
-               = None,
+                                                                        "does it fit (inference: how many "
+                                                                        "sequences; training: the smallest "
+                                                                        "layout that fits).")] = None,
+               precision: Annotated[Optional[str], _training_opt("--precision", (
+                   "fp32, bf16-mixed (default: 16-bit weights and gradients, fp32 master weights and states), "
+                   "fp16-mixed, bf16 (pure)."))] = None,
+               optimizer: Annotated[Optional[str], _training_opt("--optimizer", (
+                   "adamw (default), sgd (with momentum), adam8bit (bitsandbytes)."))] = None,
+               recompute: Annotated[Optional[str], _training_opt("--recompute", (
+                   "none (default: eager attention keeps its probabilities), selective (attention cores "
+                   "recomputed; what FlashAttention keeps), full (each block's input only)."))] = None,
+               dp: Annotated[Optional[int], _training_opt("--dp", "Data-parallel GPUs (default 1).",
+                                                          parser=_integer, metavar="N")] = None,
+               zero: Annotated[Optional[int], _training_opt("--zero", (
+                   "ZeRO stage over the data-parallel GPUs: 0 (default), 1 optimizer states, 2 + gradients, "
+                   "3 + weights (FSDP)."), parser=_integer, metavar="0-3")] = None,
+               tp: Annotated[Optional[int], _training_opt("--tp", "Tensor-parallel GPUs (Megatron; default 1).",
+                                                          parser=_integer, metavar="N")] = None,
+               sp: Annotated[Optional[bool], _training_opt("--sp", (
+                   "Sequence parallelism with --tp: norms and their outputs split too."))] = None,
+               pp: Annotated[Optional[int], _training_opt("--pp", "Pipeline stages (1F1B; default 1).",
+                                                          parser=_integer, metavar="N")] = None,
+               ep: Annotated[Optional[int], _training_opt("--ep", "Expert-parallel GPUs (MoE; default 1).",
+                                                          parser=_integer, metavar="N")] = None,
+               cp: Annotated[Optional[int], _training_opt("--cp", "Context-parallel GPUs (default 1).",
+                                                          parser=_integer, metavar="N")] = None,
                fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Inference memory: weights by dtype, the KV cache of the workload (decode by default), what fits on a GPU."""
-    from .plan.memory import inference_memory
-
+    """Memory per GPU. Training (--phase train or any training flag): weights, gradients, optimizer states,
+    master weights and activations on a parallel layout. Inference (default: decode): weights by dtype and
+    the KV cache."""
     model_spec, source = resolve(preset, spec, overrides, hf_config)
-    workload = workload_for(model_spec, (phase and phase.value) or "decode", context, src_len, tgt_len,
-                            overrides.get("seq_len"))
+    layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
+                                      ("ep", ep), ("cp", cp)) if v is not None}
+    training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
+                                            ("recompute", recompute)) if v is not None]
+    training_flags += [f"--{k}" for k in layout_flags]
+    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype), ("--context", context))
+                       if v is not None]
+    training = (phase is Phase.train) or (phase is None and bool(training_flags))
+    if training and inference_flags:
+        what = training_flags[0] if training_flags else "--phase train"
+        raise TfcalcError(f"{inference_flags[0]}: an inference flag; {what} plans a train step (drop one)")
+    if not training and training_flags:
+        raise TfcalcError(f"{training_flags[0]}: a training flag; --phase {phase.value} plans inference (drop one)")
     capacity = name = None
     if gpu is not None:
         from .plan.gpus import lookup
 
         card = lookup(gpu)
         capacity, name = card.memory_bytes, card.name
-    m = inference_memory(model_spec, workload, dtype, kv_dtype, capacity, name)
+    if training:
+        from .plan.training import Layout, training_memory
+
+        workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
+        m = training_memory(model_spec, workload, precision or "bf16-mixed", optimizer or "adamw",
+                            recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags)
+        table = render.training_memory_table(m)
+    else:
+        from .plan.memory import inference_memory
+
+        workload = workload_for(model_spec, (phase and phase.value) or "decode", context, src_len, tgt_len,
+                                overrides.get("seq_len"))
+        m = inference_memory(model_spec, workload, dtype or "bf16", kv_dtype, capacity, name)
+        table = render.memory_table(m)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json({"spec": model_spec.model_dump(), **m.to_dict()}))
@@ -446,7 +503,7 @@ def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, 
     else:
         header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
                   f"workload: {render.describe_workload(workload)}"]
-        _print_tables([render.memory_table(m)], fmt, header)
+        _print_tables([table], fmt, header)
 
 
 @app.command("infer")

@@ -313,6 +313,40 @@ def memory_table(m) -> Table:
                  optional=[3], label_columns=1)
 
 
+def training_memory_table(m) -> Table:
+    """A plan.training.TrainingMemory: per GPU of the worst pipeline stage, bytes exact and binary."""
+    w, s, lay = m.workload, m.stage, m.layout
+    recipe = m.precision
+    rows = [["weights", recipe, exact(m.weights), binary_bytes(m.weights)],
+            ["gradients", recipe, exact(m.gradients), binary_bytes(m.gradients)],
+            ["optimizer states", m.optimizer, exact(m.optimizer_states), binary_bytes(m.optimizer_states)]]
+    if m.master_weights:
+        rows.append(["master weights", "fp32", exact(m.master_weights), binary_bytes(m.master_weights)])
+    what = f"recompute {m.recompute}" + (f", {s.microbatches} microbatches" if s.microbatches > 1 else "")
+    rows.append(["activations", what, exact(m.activations), binary_bytes(m.activations)])
+    for name, value in s.activation_components.items():
+        value *= s.microbatches
+        rows.append([f"· {name}", "", exact(value), binary_bytes(value)])
+    rows += [["total (all of the above)", "", exact(m.total), binary_bytes(m.total)],
+             ["peak (estimate)", "with the step's transients", exact(m.peak), binary_bytes(m.peak)]]
+    if m.korthikanti is not None:
+        rows.append(["activations, Korthikanti et al.", "published estimate", exact(m.korthikanti),
+                     binary_bytes(m.korthikanti)])
+    if m.capacity_bytes is not None:
+        rows += [[f"GPU: {m.gpu_name}", "memory", exact(m.capacity_bytes), binary_bytes(m.capacity_bytes)],
+                 ["fits", "peak <= memory", "yes" if m.fits else "no", ""]]
+        small = m.smallest
+        rows.append(["smallest layout that fits", "" if small is None else small.layout.describe(),
+                     "none up to 65,536 GPUs" if small is None else exact(small.peak),
+                     "" if small is None else binary_bytes(small.peak)])
+    stage = f"; stage {s.stage + 1} of {lay.pp} (the largest)" if lay.pp > 1 else ""
+    caption = (f"per GPU, {lay.describe()}{stage}; micro batch B={w.batch_size} of {w.seq_len:,} tokens. "
+               "Activations are what each op keeps for backward, no dropout; peak adds the backward's and the "
+               "step's transients (docs/planning.md).")
+    return Table("Training memory", ["", "what", "bytes", "readable"], rows, caption, right={2, 3},
+                 optional=[3], label_columns=1)
+
+
 def compute_optimal_table(result, fit: dict | None = None, label: str | None = None) -> Table:
     """plan.chinchilla.ComputeOptimal: each approach's parameters and tokens for the budget; with `fit`, what the
     budget buys one model."""

@@ -70,13 +70,15 @@ class Stack:
             window = spec.sliding_window if local else None
         return Layer(moe, window, self.cross)
 
-    def distinct(self) -> dict[Layer, int]:
-        """Each distinct block and how many of the stack's blocks are like it, in order of first appearance.
+    def distinct(self, lo: int = 0, hi: int | None = None) -> dict[Layer, int]:
+        """Each distinct block and how many of the stack's blocks (of those from `lo` up to `hi`: a pipeline
+        stage's) are like it, in order of first appearance.
 
         Between two boundaries a block depends only on its index modulo the period, so each of the period's
         residues is looked at once per interval: the cost is independent of n_layers."""
         period, counts = self._period, Counter()
-        bounds = self._boundaries()
+        hi = self.n_layers if hi is None else hi
+        bounds = sorted({lo, hi, *(p for p in self._boundaries() if lo < p < hi)})
         for lo, hi in zip(bounds, bounds[1:]):
             for i in range(lo, min(hi, lo + period)):
                 counts[self.layer(i)] += (hi - 1 - i) // period + 1  # i, i + period, ... < hi

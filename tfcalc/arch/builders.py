@@ -114,10 +114,11 @@ def attention(ctx: Ctx) -> list[Op]:
     return [
         _norm(ctx, "attention/norm", t),
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh]
-        Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias),
+        Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias,
+               split="column"),
         _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
-        Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias),
+        Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
         Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
     ]
 
@@ -131,12 +132,12 @@ def cross_attention(ctx: Ctx) -> list[Op]:
     return [
         _norm(ctx, "cross_attention/norm", t),
         # decoder x: [T, D] @ W_q: [D, H*dh]
-        Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias),
+        Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias, split="column"),
         # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
-        Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias),
+        Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias, split="column"),
         _attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
-        Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias),
+        Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
         Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
     ]
 
@@ -148,10 +149,10 @@ def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: 
     spec, D, bias = ctx.spec, ctx.spec.d_model, ctx.spec.has_mlp_bias
     gated = spec.mlp == "gated"
     up, gate, down = (ctx.name(name) for name in names)
-    ops: list[Op] = [Matmul(up, rows, D, width, weights, bias, active)]  # x: [rows, D] @ W_up: [D, F]
-    if gated:
-        ops.append(Matmul(gate, rows, D, width, weights, bias, active))  # x: [rows, D] @ W_gate: [D, F]
-    ops.append(Matmul(down, rows, width, D, weights, bias, active))  # h: [rows, F] @ W_down: [F, D]
+    ops: list[Op] = [Matmul(up, rows, D, width, weights, bias, active, "column")]  # x: [rows, D] @ W_up: [D, F]
+    if gated:  # x: [rows, D] @ W_gate: [D, F], the same x as up's
+        ops.append(Matmul(gate, rows, D, width, weights, bias, active, "column", shares_input=True))
+    ops.append(Matmul(down, rows, width, D, weights, bias, active, "row"))  # h: [rows, F] @ W_down: [F, D]
     ops.append(Elementwise(up, "activation", rows * width,
                            ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0)))
     return ops
@@ -201,7 +202,7 @@ def head(ctx: Ctx) -> list[Op]:
     if spec.lm_head:
         # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
         ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
-                          weights=0 if spec.tie_embeddings else 1))
+                          weights=0 if spec.tie_embeddings else 1, split="column"))
     return ops
 
 

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 class Matmul:
     """x: [m, k] @ W: [k, n]. `weights` matrices of [k, n] (and biases [n]) belong to this op: 1 for a linear,
     E for E routed experts (m is then all the rows sent to any of them), 0 for a tied or activation operand.
-    `active`: the weight matrices one token touches (top_k of E); None means all of them."""
+    `active`: the weight matrices one token touches (top_k of E); None means all of them.
+    `split`: how tensor parallelism (Megatron-LM) splits W: "column" (the n outputs; x is whole on every GPU),
+    "row" (the k inputs; x arrives split), "" (not split: every GPU holds all of W).
+    `shares_input`: x is the input of the op before it (a gate beside its up projection): kept once."""
 
     component: str
     m: int
@@ -26,6 +29,8 @@ class Matmul:
     weights: int = 1
     bias: bool = False
     active: int | None = None
+    split: str = ""
+    shares_input: bool = False
 
     @property
     def params_each(self) -> int:

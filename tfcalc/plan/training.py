@@ -1,0 +1,589 @@
+"""Training memory per GPU: weights, gradients, optimizer states and master weights by recipe, the activations a
+train step keeps for its backward (folded from the op inventory), on a parallel layout; what fits, and the
+smallest layout that does. No torch.
+
+    >>> model_states(7_500_000_000, "bf16-mixed", "adamw", zero=0, dp=64).total   # ZeRO paper, Figure 1
+    120000000000
+
+Conventions, stated once (docs/planning.md has the derivations):
+- Recipes (bytes per parameter: weights, gradients, fp32 master weights, each optimizer state):
+  `fp32` 4, 4, -, 4; `bf16-mixed` and `fp16-mixed` 2, 2, 4, 4 (the ZeRO paper's mixed-precision Adam: 16 bytes
+  with AdamW's two states); `bf16` (pure) 2, 2, -, 2. AdamW keeps 2 states, SGD with momentum 1; 8-bit Adam
+  (bitsandbytes) keeps 2 states of 1 byte plus an fp32 absmax per 256-value block each, and 32-bit states for
+  tensors under 4,096 values (its `min_8bit_size`).
+- Activations are what each op keeps for its backward, in the activation dtype (fp32 for `fp32`, else 16-bit):
+  a norm its input (and its fp32 statistics per row: mean and rstd, or rstd), a linear its input (a gate shares
+  its up projection's), the attention core its q, k and v (k and v at the kv heads) and, with no recomputation,
+  the softmax probabilities (an eager attention; FlashAttention keeps none: that is `selective`), the MLP's
+  activation its input (gated: the gate's output, its activation and the up projection's output), the loss the
+  fp32 log-softmax of the logits. Token ids are inputs, not counted. No dropout (no spec has it).
+- `selective` recomputes the attention cores (Korthikanti et al. 2022): no probabilities kept. `full` keeps each
+  block's input and recomputes the block in backward (one block's activations come back at a time).
+- Parallelism (Megatron-LM): tensor parallel splits the attention heads, the MLP width, the vocabulary of the
+  embedding and of the head (column-parallel linears split their outputs, row-parallel their inputs; norms,
+  routers and row-parallel biases are whole on every GPU); with sequence parallelism the norms' and the
+  column-parallel linears' inputs are split too. Pipeline stages hold contiguous blocks (the first the
+  embedding, the last the final norm and the head, and a tied head's own copy of the token table); under 1F1B
+  stage i keeps the activations of pp - i microbatches. Expert parallelism puts n_experts/ep experts on a GPU
+  (tokens spread evenly across experts). Context parallelism splits every sequence's tokens over cp GPUs.
+  ZeRO shards over the data-parallel GPUs (dp x cp; experts over dp x cp / ep): stage 1 the optimizer states
+  and master weights, 2 also the gradients, 3 also the weights. GPUs: dp x tp x pp x cp.
+- The worst pipeline stage is reported. `workload.batch_size` is the micro batch of one data-parallel rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from ..arch import AttentionCore, Elementwise, Matmul, Norm, Table, Workload, validate
+from ..arch.architecture import stacks
+from ..arch.builders import BUILDERS, Ctx, block
+from ..arch.ops import Op
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Recipe:
+    weights: int  # bytes per parameter
+    grads: int
+    master: int  # fp32 master copy (0: none)
+    state: int  # bytes per optimizer-state value (32-bit-style optimizers)
+    activations: int  # bytes per activation value
+
+
+PRECISIONS: dict[str, Recipe] = {
+    "fp32": Recipe(4, 4, 0, 4, 4),
+    "bf16-mixed": Recipe(2, 2, 4, 4, 2),
+    "fp16-mixed": Recipe(2, 2, 4, 4, 2),
+    "bf16": Recipe(2, 2, 0, 2, 2),
+}
+OPTIMIZERS: dict[str, int] = {"adamw": 2, "sgd": 1, "adam8bit": 2}  # states per parameter
+RECOMPUTE = ("none", "selective", "full")
+ADAM8BIT_BLOCK = 256  # bitsandbytes: one fp32 absmax per 256 values of each state
+ADAM8BIT_MIN_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep 32-bit states
+STAT_BYTES = 4  # a norm's per-row statistics and the loss are fp32
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _choice(value: str, field_name: str, allowed) -> str:
+    if value not in allowed:
+        raise TfcalcError(f"{field_name}={value!r}: expected one of {', '.join(allowed)}")
+    return value
+
+
+def state_bytes(numel: int, optimizer: str, recipe: Recipe) -> int:
+    """Optimizer-state bytes of one tensor of `numel` parameters."""
+    states = OPTIMIZERS[optimizer]
+    if optimizer == "adam8bit" and numel >= ADAM8BIT_MIN_SIZE:
+        return states * (numel + STAT_BYTES * _ceil(numel, ADAM8BIT_BLOCK))
+    return states * numel * (4 if optimizer == "adam8bit" else recipe.state)
+
+
+# ---------------------------------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout: data parallel (with a ZeRO stage), tensor (with or without sequence parallelism),
+    pipeline, expert and context parallel sizes."""
+
+    dp: int = 1
+    zero: int = 0
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    cp: int = 1
+    sp: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def describe(self) -> str:
+        parts = [f"dp {self.dp}" + (f" (ZeRO-{self.zero})" if self.zero else ""),
+                 f"tp {self.tp}" + (" + sp" if self.sp and self.tp > 1 else "")]
+        parts += [f"{k} {v}" for k, v in (("pp", self.pp), ("ep", self.ep), ("cp", self.cp)) if v > 1]
+        return ", ".join(parts) + f": {self.gpus:,} GPU" + ("s" if self.gpus > 1 else "")
+
+    def to_dict(self) -> dict:
+        return {"dp": self.dp, "zero": self.zero, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp,
+                "sp": self.sp, "gpus": self.gpus}
+
+
+def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
+    """Refuse a layout the model cannot be split into, naming the field and the value."""
+    problems = []
+    for name in ("dp", "tp", "pp", "ep", "cp"):
+        value = getattr(layout, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name}={value!r}: expected a positive integer")
+    if isinstance(layout.zero, bool) or layout.zero not in (0, 1, 2, 3):
+        problems.append(f"zero={layout.zero!r}: expected 0, 1, 2 or 3")
+    if problems:
+        raise TfcalcError("\n".join(problems))
+    tp = layout.tp
+    if spec.n_heads % tp or spec.n_kv_heads % tp:
+        problems.append(f"tp={tp}: tensor parallelism splits the attention heads; it must divide n_heads="
+                        f"{spec.n_heads} and n_kv_heads={spec.n_kv_heads}")
+    blocks = sum(s.n_layers for s in stacks(spec))
+    if layout.pp > blocks:
+        problems.append(f"pp={layout.pp}: more pipeline stages than the model's {blocks} blocks")
+    if layout.ep > 1:
+        if not spec.is_moe:
+            problems.append(f"ep={layout.ep}: expert parallelism needs a mixture of experts ({spec.label} has "
+                            "n_experts=1)")
+        elif spec.n_experts % layout.ep:
+            problems.append(f"ep={layout.ep}: must divide n_experts={spec.n_experts}")
+        if (layout.dp * layout.cp) % layout.ep:
+            problems.append(f"ep={layout.ep}: expert-parallel groups are made of data-parallel GPUs; it must "
+                            f"divide dp x cp = {layout.dp * layout.cp}")
+    for name, length in (("seq_len", workload.seq_len), ("src_len", workload.src_len)):
+        if length is not None and length % layout.cp:
+            problems.append(f"cp={layout.cp}: context parallelism splits each sequence; it must divide "
+                            f"{name}={length}")
+    if problems:
+        raise TfcalcError("\n".join(problems))
+
+
+# ------------------------------------------------------------------------------------------- model states
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes per GPU of the weights, gradients, optimizer states and master weights."""
+
+    weights: int
+    gradients: int
+    optimizer_states: int
+    master_weights: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer_states + self.master_weights
+
+
+def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = "adamw", zero: int = 0,
+                 dp: int = 1) -> ModelStates:
+    """The ZeRO paper's arithmetic for `n_params` parameters held as one tensor per GPU replica, sharded over
+    `dp` GPUs by ZeRO stage `zero` (1: optimizer states and master weights, 2: + gradients, 3: + weights)."""
+    recipe = PRECISIONS[_choice(precision, "precision", PRECISIONS)]
+    _choice(optimizer, "optimizer", OPTIMIZERS)
+    return _shard(n_params * recipe.weights, n_params * recipe.grads, state_bytes(n_params, optimizer, recipe),
+                  n_params * recipe.master, zero, dp)
+
+
+def _shard(w: int, g: int, o: int, m: int, zero: int, dp: int) -> ModelStates:
+    return ModelStates(_ceil(w, dp) if zero >= 3 else w, _ceil(g, dp) if zero >= 2 else g,
+                       _ceil(o, dp) if zero >= 1 else o, _ceil(m, dp) if zero >= 1 else m)
+
+
+def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool]:
+    """The parameter tensors one GPU holds of `op` (their sizes) and whether they are routed experts'."""
+    if isinstance(op, Matmul):
+        matrices = op.weights if op.weights or not copy_tied else 1
+        expert = op.active is not None
+        if expert:
+            matrices = _ceil(op.weights, ep)
+        if op.split == "column":
+            weight, bias = op.k * _ceil(op.n, tp), _ceil(op.n, tp)
+        elif op.split == "row":
+            weight, bias = _ceil(op.k, tp) * op.n, op.n
+        else:
+            weight, bias = op.k * op.n, op.n
+        one = [weight] + ([bias] if op.bias and (op.weights or not copy_tied) else [])
+        return one * matrices, expert
+    if isinstance(op, Table):
+        return [(_ceil(op.rows, tp) if op.kind == "token" else op.rows) * op.dim], False
+    if isinstance(op, Norm):
+        return [op.width] * (2 if op.kind == "layernorm" else 1), False
+    return [], False
+
+
+# ------------------------------------------------------------------------------------------------ activations
+
+
+def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[str, int]:
+    """Bytes `op` keeps for its backward on one GPU, per what (for one microbatch)."""
+    tp, cp, sp = layout.tp, layout.cp, layout.sp and layout.tp > 1
+    whole = tp if sp else 1  # what is replicated across the tensor-parallel GPUs unless sequence-parallel
+
+    def part(n: int, split: int) -> int:
+        return _ceil(n, split * cp)
+
+    if isinstance(op, Norm):
+        stats = 2 if op.kind == "layernorm" else 1
+        return {"input": part(op.rows * op.width * a, whole), "statistics": part(op.rows * stats * STAT_BYTES,
+                                                                                 whole)}
+    if isinstance(op, Matmul):
+        if op.shares_input or op.m == 0:
+            return {}
+        split = tp if op.split == "row" else whole
+        saved = {"input": part(op.m * op.k * a, split)}
+        if op.component == "head":  # the loss: the fp32 log-softmax of the logits, vocabulary-parallel
+            saved["loss"] = part(op.m * op.n * STAT_BYTES, tp)
+        if op.component == "pooler":  # tanh keeps its output
+            saved["input"] *= 2
+        return saved
+    if isinstance(op, AttentionCore):
+        q = op.b * op.h * op.s_q * op.d_qk
+        kv = op.b * op.kv_heads * op.s_k * (op.d_qk + op.d_v)
+        saved = {"qkv": part(q * a, tp) + part(kv * a, tp)}
+        if recompute == "none":
+            saved["probabilities"] = part(op.b * op.h * op.s_q * op.s_k * a, tp)
+        return saved
+    if isinstance(op, Elementwise):
+        if op.kind == "activation":  # gated: gate output, act(gate), up output; else the activation's input
+            return {"mlp": part(op.elements * a * (3 if gated else 1), tp)}
+        if op.kind == "routing":
+            return {}
+    return {}
+
+
+def _kind(component: str) -> str:
+    """The figure an activation belongs to in the breakdown: attention, mlp, moe, norms, head."""
+    if component in ("head", "pooler"):
+        return "head"
+    last = component.split("/")
+    for part in last:
+        if part in ("attention", "cross_attention"):
+            return "attention"
+        if part in ("mlp", "moe"):
+            return "mlp"
+    return "other"
+
+
+def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout) -> dict[str, int]:
+    """Per component, the bytes one instance of `ops` keeps for backward (one microbatch)."""
+    out: dict[str, int] = {}
+    gated = False  # a gate beside the up projection since the last activation
+    for op in ops:
+        gated = gated or isinstance(op, Matmul) and op.shares_input
+        saved = _saved(op, gated, a, recompute, layout)
+        if isinstance(op, Elementwise) and op.kind == "activation":
+            gated = False
+        if saved:
+            name = op.component
+            out[name] = out.get(name, 0) + sum(saved.values())
+            if "loss" in saved:
+                out["head"] -= saved["loss"]
+                out["loss"] = out.get("loss", 0) + saved["loss"]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- stages
+
+
+@dataclass(frozen=True)
+class _Part:
+    ops: tuple[Op, ...]
+    repeat: int
+    block: bool  # a transformer block (recomputed under `full`)
+
+
+def _stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[_Part]]:
+    """The parts of the model on each pipeline stage: contiguous blocks, split as evenly as can be."""
+    all_stacks = stacks(spec)
+    total = sum(s.n_layers for s in all_stacks)
+    bounds = [i * total // pp for i in range(pp + 1)]
+    parts: list[list[_Part]] = [[] for _ in range(pp)]
+
+    def stage(layer: int) -> int:  # of the model's layer index, by arithmetic
+        s = layer * pp // total
+        while bounds[s + 1] <= layer:
+            s += 1
+        while bounds[s] > layer:
+            s -= 1
+        return s
+
+    top = Ctx(spec, workload, all_stacks[-1])
+    if spec.is_encoder_decoder:
+        parts[0].append(_Part(tuple(BUILDERS["shared_embedding"](top)), 1, False))
+    offset = 0
+    for st in all_stacks:
+        ctx = Ctx(spec, workload, st)
+        parts[stage(offset)].append(_Part(tuple(BUILDERS["embedding"](ctx)), 1, False))
+        for s in range(pp):
+            lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, st.n_layers)
+            if lo < hi:
+                for layer, repeat in st.distinct(lo, hi).items():
+                    parts[s].append(_Part(tuple(block(Ctx(spec, workload, st, layer))), repeat, True))
+        parts[stage(offset + st.n_layers - 1)].append(_Part(tuple(BUILDERS["final_norm"](ctx)), 1, False))
+        offset += st.n_layers
+    parts[pp - 1].append(_Part(tuple(BUILDERS["head"](top)), 1, False))
+    return parts
+
+
+# ----------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    params: int  # parameters on one GPU of this stage
+    states: ModelStates
+    activations: int  # kept for backward, all microbatches in flight
+    activation_components: dict[str, int]  # one microbatch, per component
+    microbatches: int  # in flight (1F1B)
+    transient: int  # the backward's largest extra at once (estimate)
+    transient_step: int  # the optimizer step's extra
+
+    @property
+    def peak(self) -> int:
+        s = self.states
+        return (s.weights + s.optimizer_states + s.master_weights
+                + max(self.activations + self.transient, s.gradients + self.transient_step))
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    spec: ModelSpec
+    workload: Workload
+    precision: str
+    optimizer: str
+    recompute: str
+    layout: Layout
+    stage: StageMemory  # the worst stage's
+    n_stages_params: tuple[int, ...]
+    korthikanti: int | None  # the published estimate of the same activations (GPT-style blocks), bytes
+    capacity_bytes: int | None = None
+    gpu_name: str | None = None
+    smallest: TrainingMemory | None = field(default=None, compare=False)
+
+    @property
+    def weights(self) -> int:
+        return self.stage.states.weights
+
+    @property
+    def gradients(self) -> int:
+        return self.stage.states.gradients
+
+    @property
+    def optimizer_states(self) -> int:
+        return self.stage.states.optimizer_states
+
+    @property
+    def master_weights(self) -> int:
+        return self.stage.states.master_weights
+
+    @property
+    def activations(self) -> int:
+        return self.stage.activations
+
+    @property
+    def total(self) -> int:
+        """Everything at once: weights, gradients, optimizer states, master weights and activations."""
+        return self.stage.states.total + self.activations
+
+    @property
+    def peak(self) -> int:
+        """The step's high-water mark (estimate): the activations and the backward's transients, or the
+        gradients and the step's, whichever is larger, on top of the weights and optimizer states."""
+        return self.stage.peak
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity_bytes is None else self.peak <= self.capacity_bytes
+
+    def to_dict(self) -> dict:
+        s = self.stage
+        return {
+            "workload": {**self.workload.model_dump(), "keys": self.workload.keys},
+            "precision": self.precision, "optimizer": self.optimizer, "recompute": self.recompute,
+            "layout": self.layout.to_dict(), "stage": s.stage, "params_per_gpu": s.params,
+            "weights_bytes": self.weights, "gradients_bytes": self.gradients,
+            "optimizer_states_bytes": self.optimizer_states, "master_weights_bytes": self.master_weights,
+            "activations_bytes": self.activations, "microbatches_in_flight": s.microbatches,
+            "activation_components": dict(s.activation_components),
+            "transient_bytes": s.transient, "step_transient_bytes": s.transient_step,
+            "total_bytes": self.total, "peak_bytes": self.peak,
+            "korthikanti_activations_bytes": self.korthikanti,
+            "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
+            "smallest_layout": None if self.smallest is None else {
+                **self.smallest.layout.to_dict(), "peak_bytes": self.smallest.peak},
+        }
+
+
+def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recipe, optimizer: str,
+                  recompute: str, layout: Layout, last: bool) -> StageMemory:
+    pp = layout.pp
+    dense = expert = 0
+    weights_numel: list[tuple[int, bool, int]] = []  # (size, a routed expert's?, how many)
+    a = recipe.activations
+    per_mb: dict[str, int] = {}
+    recompute_extra = 0
+    gather = 0
+    largest_tensor = 0
+    cross_input = 0
+    for part in parts:
+        block_params = 0
+        for op in part.ops:
+            copy_tied = last and pp > 1 and isinstance(op, Matmul) and op.component == "head"
+            sizes, is_expert = _tensors(op, layout.tp, layout.ep, copy_tied)
+            for n in sizes:
+                weights_numel.append((n, is_expert, part.repeat))
+                largest_tensor = max(largest_tensor, n)
+            block_params += sum(sizes)
+        full = _ops_activations(part.ops, a, recompute, layout)
+        # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
+        kv = sum(v for k, v in full.items() if k.endswith("cross_attention/kv"))
+        if kv:
+            cross_input = kv
+            full = {k: v for k, v in full.items() if not k.endswith("cross_attention/kv")}
+        if part.block and recompute == "full":
+            first = next(op for op in part.ops if isinstance(op, Norm))
+            kept = {"block input": _ceil(first.rows * first.width * a, (layout.tp if layout.sp and layout.tp > 1
+                                                                        else 1) * layout.cp)}
+            recompute_extra = max(recompute_extra, sum(full.values()))
+        else:
+            kept = full
+            if recompute == "selective" and part.block:
+                recompute_extra = max(recompute_extra, max(
+                    (_ceil(op.b * op.h * op.s_q * op.s_k * a, layout.tp * layout.cp)
+                     for op in part.ops if isinstance(op, AttentionCore)), default=0))
+        for k, v in kept.items():
+            per_mb[k] = per_mb.get(k, 0) + v * part.repeat
+        if part.block:
+            gather = max(gather, block_params * recipe.weights)
+    if cross_input:
+        per_mb["encoder output"] = cross_input
+    dense = sum(n * r for n, e, r in weights_numel if not e)
+    expert = sum(n * r for n, e, r in weights_numel if e)
+    shard = layout.dp * layout.cp
+    states = _shard(dense * recipe.weights, dense * recipe.grads,
+                    sum(state_bytes(n, optimizer, recipe) * r for n, e, r in weights_numel if not e),
+                    dense * recipe.master, layout.zero, shard)
+    if expert:
+        ex = _shard(expert * recipe.weights, expert * recipe.grads,
+                    sum(state_bytes(n, optimizer, recipe) * r for n, e, r in weights_numel if e),
+                    expert * recipe.master, layout.zero, shard // layout.ep)
+        states = ModelStates(*(getattr(states, f) + getattr(ex, f) for f in
+                               ("weights", "gradients", "optimizer_states", "master_weights")))
+    microbatches = pp - index
+    activations = sum(per_mb.values()) * microbatches
+    head = next((op for part in parts for op in part.ops if isinstance(op, Matmul) and op.component == "head"),
+                None)
+    loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * (STAT_BYTES + a)
+    transient = recompute_extra + loss_grad + (2 * gather if layout.zero >= 3 else 0)
+    step = largest_tensor * 4 if recipe.master else 0
+    return StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step)
+
+
+def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: Layout,
+                 stage: StageMemory, parts: list[_Part]) -> int | None:
+    """Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models, sec. 4 and
+    Table 2): per layer sbh(34 + 5as/h) bytes (16-bit, with dropout), with tensor parallelism
+    sbh(10 + 24/t + 5as/(ht)), with sequence parallelism sbh/t (34 + 5as/h); selective recomputation drops the
+    5as/h term; full keeps 2sbh (/t with sequence parallelism). For the blocks on the stage, with its microbatches
+    in flight. Only for self-attention blocks (no cross-attention)."""
+    if spec.is_encoder_decoder:
+        return None
+    s, b, h, a_heads, t = workload.seq_len // layout.cp, workload.batch_size, spec.d_model, spec.n_heads, layout.tp
+    sp = layout.sp and t > 1
+    sbh = Fraction(s * b * h)
+    attention = Fraction(5 * a_heads * s, h)
+    if recompute == "full":
+        per_layer = 2 * sbh / (t if sp else 1)
+    elif sp:
+        per_layer = sbh / t * (34 + (attention if recompute == "none" else 0))
+    else:
+        per_layer = sbh * (10 + Fraction(24, t) + (attention / t if recompute == "none" else 0))
+    layers = sum(p.repeat for p in parts if p.block)
+    return round(per_layer * layers * stage.microbatches)
+
+
+def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
+                    recompute: str = "none", layout: Layout | None = None, capacity_bytes: int | None = None,
+                    gpu_name: str | None = None, search: dict | None = None) -> TrainingMemory:
+    """Training memory per GPU of `spec` on a train `workload` (its batch_size the micro batch), with a recipe,
+    an optimizer, a recomputation policy and a parallel layout; the worst pipeline stage. With a GPU's capacity,
+    whether it fits; with `search` (the layout fields the user fixed), also the smallest layout that fits."""
+    if not isinstance(workload, Workload) or workload.phase != "train":
+        raise TfcalcError("workload: training memory is for phase 'train' (inference memory is "
+                          "tfcalc.plan.memory.inference_memory)")
+    recipe = PRECISIONS[_choice(precision, "precision", PRECISIONS)]
+    _choice(optimizer, "optimizer", OPTIMIZERS)
+    _choice(recompute, "recompute", RECOMPUTE)
+    layout = layout or Layout()
+    if spec.is_encoder_decoder and workload.src_len is None:
+        workload = workload.model_copy(update={"src_len": workload.seq_len})
+    validate(spec, workload)
+    check_layout(spec, workload, layout)
+    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, {})
+    if search is not None and capacity_bytes is not None:
+        result = replace(result, smallest=smallest_layout(spec, workload, precision, optimizer, recompute,
+                                                          capacity_bytes, search))
+    return result
+
+
+def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
+          cache: dict) -> TrainingMemory:
+    key = layout.pp
+    if key not in cache:
+        cache[key] = _stages(spec, workload, layout.pp)
+    all_parts = cache[key]
+    stages = [_stage_memory(i, parts, spec, recipe, optimizer, recompute, layout, i == layout.pp - 1)
+              for i, parts in enumerate(all_parts)]
+    worst = max(stages, key=lambda s: (s.peak, -s.stage))
+    estimate = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage])
+    return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
+                          tuple(s.params for s in stages), estimate, capacity_bytes, gpu_name)
+
+
+def _powers(limit: int) -> list[int]:
+    out, n = [], 1
+    while n <= limit:
+        out.append(n)
+        n *= 2
+    return out
+
+
+MAX_GPUS = 65536
+
+
+def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimizer: str, recompute: str,
+                    capacity_bytes: int, fixed: dict) -> TrainingMemory | None:
+    """The layout with the fewest GPUs whose worst stage's peak fits in `capacity_bytes`, keeping the layout
+    fields in `fixed` as given. Searched: tp 1-8 (one node), pp and dp powers of two, ZeRO 0-3, ep powers of two
+    dividing n_experts; ties go to the least sharding (lower ZeRO stage, then smaller tp, then pp).
+    None when nothing up to 65,536 GPUs fits."""
+    recipe = PRECISIONS[precision]
+    blocks = sum(s.n_layers for s in stacks(spec))
+    tps = [fixed["tp"]] if "tp" in fixed else [t for t in (1, 2, 4, 8) if spec.n_heads % t == 0
+                                                    and spec.n_kv_heads % t == 0]
+    pps = [fixed["pp"]] if "pp" in fixed else _powers(blocks)
+    cps = [fixed.get("cp", 1)]
+    eps = [fixed["ep"]] if "ep" in fixed else ([e for e in _powers(spec.n_experts) if spec.n_experts % e == 0]
+                                               if spec.is_moe else [1])
+    zeros = [fixed["zero"]] if "zero" in fixed else [0, 1, 2, 3]
+    dps = [fixed["dp"]] if "dp" in fixed else _powers(MAX_GPUS)
+    sp = fixed.get("sp", False)
+    best, best_key = None, None
+    caches: dict = {}
+    for pp in pps:
+        for tp in tps:
+            for cp in cps:
+                for ep in eps:
+                    for zero in zeros:
+                        for dp in dps:
+                            layout = Layout(dp, zero, tp, pp, ep, cp, sp)
+                            if layout.gpus > MAX_GPUS or (dp * cp) % ep:
+                                continue
+                            if best_key is not None and layout.gpus > best_key[0]:
+                                break
+                            try:
+                                check_layout(spec, workload, layout)
+                            except TfcalcError:
+                                continue
+                            plan = _plan(spec, workload, recipe, precision, optimizer, recompute, layout,
+                                         capacity_bytes, None, caches)
+                            if plan.peak <= capacity_bytes:
+                                key = (layout.gpus, zero, tp, pp, ep, dp)
+                                if best_key is None or key < best_key:
+                                    best, best_key = plan, key
+                                break  # a larger dp only adds GPUs
+    return best
