@@ -8,7 +8,8 @@ smallest layout that does. No torch.
 Conventions, stated once (docs/planning.md has the derivations):
 - Recipes (bytes per parameter: weights, gradients, fp32 master weights, each optimizer state):
   `fp32` 4, 4, -, 4; `bf16-mixed` and `fp16-mixed` 2, 2, 4, 4 (the ZeRO paper's mixed-precision Adam: 16 bytes
-  with AdamW's two states); `bf16` (pure) 2, 2, -, 2. AdamW keeps 2 states, SGD with momentum 1; 8-bit Adam
+  with AdamW's two states); `bf16` (pure) 2, 2, -, 2. AdamW keeps 2 states (and torch's AdamW a 4-byte step
+  count per parameter tensor), SGD with momentum 1; 8-bit Adam
   (bitsandbytes) keeps 2 states of 1 byte plus an fp32 absmax per 256-value block each, and 32-bit states for
   tensors under 4,096 values (its `min_8bit_size`).
 - Activations are what each op keeps for its backward, in the activation dtype (fp32 for `fp32`, else 16-bit):
@@ -76,8 +77,12 @@ def _choice(value: str, field_name: str, allowed) -> str:
     return value
 
 
+STEP_COUNTER = 4  # torch's AdamW keeps its step count as one fp32 tensor per parameter tensor
+
+
 def state_bytes(numel: int, optimizer: str, recipe: Recipe) -> int:
-    """Optimizer-state bytes of one tensor of `numel` parameters."""
+    """Optimizer-state bytes of one tensor of `numel` parameters (not AdamW's 4-byte step counter per tensor,
+    which the plan adds per tensor it holds)."""
     states = OPTIMIZERS[optimizer]
     if optimizer == "adam8bit" and numel >= ADAM8BIT_MIN_SIZE:
         return states * (numel + STAT_BYTES * _ceil(numel, ADAM8BIT_BLOCK))
@@ -454,12 +459,13 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     shard = layout.dp * layout.cp
+    counter = STEP_COUNTER if optimizer == "adamw" else 0
     states = _shard(dense * recipe.weights, dense * recipe.grads,
-                    sum(state_bytes(n, optimizer, recipe) * r for n, e, r in weights_numel if not e),
+                    sum((state_bytes(n, optimizer, recipe) + counter) * r for n, e, r in weights_numel if not e),
                     dense * recipe.master, layout.zero, shard)
     if expert:
         ex = _shard(expert * recipe.weights, expert * recipe.grads,
-                    sum(state_bytes(n, optimizer, recipe) * r for n, e, r in weights_numel if e),
+                    sum((state_bytes(n, optimizer, recipe) + counter) * r for n, e, r in weights_numel if e),
                     expert * recipe.master, layout.zero, shard // layout.ep)
         states = ModelStates(*(getattr(states, f) + getattr(ex, f) for f in
                                ("weights", "gradients", "optimizer_states", "master_weights")))
