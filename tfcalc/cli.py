@@ -10,6 +10,7 @@ import os
 import sys
 import types
 import typing
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from . import __version__, render
-from .counts import CountResult, count
+from .counts import count
 from .errors import TfcalcError, validation_lines
 from .interrupts import EXIT_INTERRUPTED, import_torch
 from .presets import list_presets
@@ -198,6 +199,13 @@ TgtLenOpt = Annotated[Optional[int], typer.Option("--tgt-len", parser=_integer, 
     "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)."))]
 
 
+_TRAINING = "Training (any of these plans a train step: memory per GPU)"
+
+
+def _training_opt(flag: str, text: str, **kw):
+    return typer.Option(flag, rich_help_panel=_TRAINING, show_default=False, help=text, **kw)
+
+
 def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()) -> None:
     """Tables fitted to the terminal's width, never a number cut (render.layout); piped without COLUMNS, every
     table at its natural width and the header lines unwrapped. NO_COLOR: no ANSI codes at all."""
@@ -222,61 +230,294 @@ def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()
 
 # ---- commands -------------------------------------------------------------------------------------
 
-@app.command("count")
-@spec_flags
-def count_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
-              phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
-              tgt_len: TgtLenOpt = None, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Exact parameters and FLOPs of one model on one workload, by component."""
-    model_spec, source = resolve(preset, spec, overrides, hf_config)
-    workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len, overrides.get("seq_len"))
-    result = count(model_spec, workload)
-    fmt = Format.json if as_json else fmt
+# ---- sweeps and plots: a list or a range on a size or workload flag (tfcalc.sweep), --plot (tfcalc.plot) --------
+
+class _Sweep(list):
+    """The values of a flag given as a list or a range (even of one value): a sweep over them."""
+
+
+def _sizes(text: str) -> int | _Sweep:
+    """'4096' and '4k' are one size; '1k,4k,16k', '1k..128kx2' and '1024..8192+1024' are a sweep (tfcalc.sweep).
+    A plain number is read as every integer flag reads it (`_integer`)."""
+    from .sweep import is_list, parse_values
+
+    stripped = text.strip()
+    if not is_list(text) and not (stripped[-1:] in ("k", "K", "m", "M") and stripped[:1].isdigit()):
+        return _integer(text)
+    try:
+        values = parse_values(text)
+    except TfcalcError as e:
+        raise typer.BadParameter(str(e)) from None
+    return _Sweep(values) if is_list(text) else values[0]
+
+
+def _one(text: str) -> int:
+    """An integer flag that takes one value: a list is refused by name."""
+    if "," in text or ".." in text:
+        raise typer.BadParameter(f"{text!r}: one value only (lists and ranges are for the sizes and the workload: "
+                                 "--seq-len, --batch-size, --context, ...)")
+    return _integer(text)
+
+
+def _single(**flags) -> None:
+    """Flags that name one thing (a dtype, a GPU, a recipe): a list is refused by name."""
+    for name, value in flags.items():
+        if isinstance(value, str) and ("," in value or ".." in value):
+            raise TfcalcError(f"--{name.replace('_', '-')} {value!r}: one value only (lists and ranges are for the "
+                              "sizes and the workload: --seq-len, --batch-size, --context, ...)")
+
+
+_SWEEPS = " A list or a range sweeps (1k,4k or 1k..128kx2)."
+_INT_FIELDS = [name for name, field in ModelSpec.model_fields.items() if _unwrap(field.annotation) is int]
+
+
+def _sweep_parameter(name: str) -> inspect.Parameter:
+    """The spec flag of an integer field, taking one value or a list or range of them."""
+    decls = ["--" + name.replace("_", "-"), *([_SHORT[name]] if name in _SHORT else [])]
+    option = typer.Option(*decls, help=ModelSpec.model_fields[name].description,
+                          rich_help_panel=_PANEL, show_default=False, parser=_sizes, metavar="INT|LIST")
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[str], option])
+
+
+def sweep_flags(func):
+    """spec_flags, with every integer field taking a list or a range: the command receives the single values as
+    `overrides` and the swept ones as `axes` ({field: [values]})."""
+    signature = inspect.signature(func)
+    kept = [p for p in signature.parameters.values() if p.name not in ("overrides", "axes")]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs):
+        overrides, axes = {}, {}
+        for name in SPEC_FIELDS:
+            value = kwargs.pop(name)
+            if isinstance(value, _Sweep):
+                axes[name] = list(value)
+            elif value is not None:
+                overrides[name] = value.value if isinstance(value, enum.Enum) else value
+        return func(overrides=overrides, axes=axes, **kwargs)
+
+    added = [_sweep_parameter(p.name) if p.name in _INT_FIELDS else p for p in _SPEC_PARAMETERS]
+    wrapper.__signature__ = signature.replace(parameters=kept + added)
+    return wrapper
+
+
+SweepPresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help=(
+    "A preset name (`tfcalc presets`), or a list of them: gpt2,gpt2-medium,gpt2-large."))]
+SweepContextOpt = Annotated[Optional[str], typer.Option("--context", parser=_sizes, metavar="INT|LIST",
+                                                        rich_help_panel=_WORKLOAD, help=(
+    "Tokens per sequence already in the KV cache (decode default: seq_len - 1; prefill: 0)." + _SWEEPS))]
+SweepSrcLenOpt = Annotated[Optional[str], typer.Option("--src-len", parser=_sizes, metavar="INT|LIST",
+                                                       rich_help_panel=_WORKLOAD, help=(
+    "Encoder tokens per sequence (encoder-decoder; default seq_len)." + _SWEEPS))]
+SweepTgtLenOpt = Annotated[Optional[str], typer.Option("--tgt-len", parser=_sizes, metavar="INT|LIST",
+                                                       rich_help_panel=_WORKLOAD, help=(
+    "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)." + _SWEEPS))]
+PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png|FILE.svg", help=(
+    "Also draw a figure of the result into FILE (.png or .svg; needs matplotlib: pip install 'tfcalc\\[plot]')."))]
+
+
+def _workload_axes(axes: dict, **flags) -> dict:
+    """The workload flags' single values; their swept ones go into `axes`."""
+    single = {}
+    for name, value in flags.items():
+        if isinstance(value, _Sweep):
+            axes[name] = list(value)
+        single[name] = None if isinstance(value, _Sweep) else value
+    return single
+
+
+def _presets(preset: str | None) -> list[str | None]:
+    """-p gpt2,gpt2-medium: a list of presets (a sweep over models); one name or none: as given."""
+    if preset is None or "," not in preset:
+        return [preset]
+    names = [name.strip() for name in preset.split(",")]
+    if not all(names):
+        raise TfcalcError(f"--preset {preset!r}: an empty name in the list")
+    return names
+
+
+def _plot_start(plot: Path | None) -> Path | None:
+    """--plot's file checked, and matplotlib found, before any counting."""
+    if plot is None:
+        return None
+    from . import plot as plotting
+
+    path = plotting.check_path(plot)
+    plotting.require()
+    return path
+
+
+def _plot_save(fig, path: Path) -> None:
+    from .plot import save
+
+    save(fig, path)
+    sys.stdout.flush()
+    typer.echo(f"tfcalc: figure written to {path}", err=True)
+
+
+def _sweep_points(presets: list[str | None], spec: Path | None, hf_config: Path | None, overrides: dict,
+                  axes: dict) -> list:
+    """Every point of a sweep over the presets (or the one spec, config or set of flags) and the axes."""
+    from .sweep import Model, check_size, expand, order
+
+    check_size(len(presets), order(axes))
+    models = [Model.resolve(p, spec, hf_config) for p in presets]
+    return expand(models, overrides, axes)
+
+
+def _sweep_header(pairs: list, workload=None) -> list[str]:
+    """The lines above a sweep's table: each model at its first point, and that point's workload."""
+    firsts: dict = {}
+    for p, _ in pairs:
+        firsts.setdefault(p.index, p)
+    lines = [line for p in firsts.values() for line in (f"{p.model}: {render.describe(p.spec)}",
+                                                         f"source: {p.source}")]
+    if workload is not None:
+        lines.append(f"workload (first point): {render.describe_workload(workload)}")
+    return lines
+
+
+def _emit_tidy(rows, fmt: Format) -> None:
+    """A sweep's tidy table: one row per point, every exact integer a column."""
+    from .sweep import fill, tidy
+
     if fmt is Format.json:
-        typer.echo(render.to_json(result.to_dict()))
+        typer.echo(render.to_json(fill(rows)))
     elif fmt is Format.csv:
-        typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
+        typer.echo(render.to_csv(*tidy(rows)), nl=False)
     else:
-        header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
-                  f"workload: {render.describe_workload(result.workload)}", render.crossover_line(result)]
-        _print_tables(render.count_tables(result), fmt, header)
+        typer.echo(render.tidy_markdown(*tidy(rows)))
+
+
+def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
+    """The one workload value a figure runs over (None: across models, or sizes); several: refused."""
+    from .plot import WORKLOAD
+
+    work = [k for k in axes if k in WORKLOAD]
+    if not work:
+        return None
+    if len(work) == 1 and len(axes) == 1 and n_models == 1:
+        return work[0]
+    given = ", ".join("--" + k.replace("_", "-") for k in axes)
+    raise TfcalcError(f"--plot draws {what} over one flag at a time, for one model (or across models at one "
+                      f"workload); got lists on {given}" + (f" for {n_models} models" if n_models > 1 else ""))
+
+
+@app.command("count")
+@sweep_flags
+def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
+              hf_config: HfOpt = None, phase: PhaseOpt = None, context: SweepContextOpt = None,
+              src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, plot: PlotOpt = None,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Exact parameters and FLOPs of one model on one workload, by component; with lists or ranges (--seq-len
+    1k..32kx2, -p gpt2,gpt2-medium), one row per point."""
+    single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
+    context, src_len, tgt_len = single["context"], single["src_len"], single["tgt_len"]
+    presets = _presets(preset)
+    fmt = Format.json if as_json else fmt
+    if not axes and len(presets) == 1:
+        if plot is not None:
+            raise TfcalcError("--plot draws a sweep: give a list or a range (--seq-len 1k..32kx2, --batch-size "
+                              "1,8,64) or several presets (-p gpt2,gpt2-medium,gpt2-large)")
+        model_spec, source = resolve(preset, spec, overrides, hf_config)
+        workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
+                                overrides.get("seq_len"))
+        result = count(model_spec, workload)
+        if fmt is Format.json:
+            typer.echo(render.to_json(result.to_dict()))
+        elif fmt is Format.csv:
+            typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
+        else:
+            header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
+                      f"workload: {render.describe_workload(result.workload)}", render.crossover_line(result)]
+            _print_tables(render.count_tables(result), fmt, header)
+        return
+    from .sweep import count_points, count_row, order
+
+    axes = order(axes)
+    path = _plot_start(plot)
+    if path is not None:
+        from .plot import counts_kind
+
+        counts_kind(len(presets), axes)
+    counted = count_points(_sweep_points(presets, spec, hf_config, overrides, axes), phase and phase.value,
+                           context, src_len, tgt_len)
+    if fmt is not Format.table and path is None:  # one point at a time: a long sweep keeps no results
+        _emit_tidy((count_row(p, r) for p, r in counted), fmt)
+        return
+    pairs = list(counted)
+    if fmt is Format.table:
+        header = _sweep_header(pairs, pairs[0][1].workload) + render.crossover_lines(pairs)
+        _print_tables([render.count_sweep_table(pairs, list(axes))], fmt, header)
+    else:
+        _emit_tidy([count_row(p, r) for p, r in pairs], fmt)
+    if path is not None:
+        from .plot import counts_figure
+
+        _plot_save(counts_figure(pairs, axes), path)
 
 
 @app.command("compare")
-@spec_flags
+@sweep_flags
 def compare_cmd(
     overrides: dict,
+    axes: dict,
     models: Annotated[list[str], typer.Argument(help="Preset names, spec files (.toml/.json) or Hugging Face "
                                                      "configs (config.json or its folder).")],
     phase: PhaseOpt = None,
-    context: ContextOpt = None,
-    src_len: SrcLenOpt = None,
-    tgt_len: TgtLenOpt = None,
+    context: SweepContextOpt = None,
+    src_len: SweepSrcLenOpt = None,
+    tgt_len: SweepTgtLenOpt = None,
+    plot: PlotOpt = None,
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
-    """Several models side by side, a column per model; spec and workload flags apply to every model."""
-    results: list[CountResult] = []
-    for model in models:
+    """Several models side by side, a column per model (and point of a sweep: --seq-len 1k,4k,16k); spec and
+    workload flags apply to every model."""
+    from .sweep import Model, check_size, count_points, count_row, expand, order
+
+    single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
+    axes = order(axes)
+    check_size(len(models), axes)
+    path = _plot_start(plot)
+    if path is not None:
+        from .plot import counts_kind
+
+        counts_kind(len(models), axes)
+    pairs = []
+    for i, model in enumerate(models):
         try:
-            preset, spec_file, hf_config = model_arg(model)
-            spec, _ = resolve(preset, spec_file, overrides, hf_config)
-            workload = workload_for(spec, phase and phase.value, context, src_len, tgt_len, overrides.get("seq_len"))
-            results.append(count(spec, workload))
+            points = [replace(p, index=i) for p in expand([Model.resolve(*model_arg(model))], overrides, axes)]
+            pairs += count_points(points, phase and phase.value, single["context"], single["src_len"],
+                                  single["tgt_len"])
         except ValidationError as e:  # an override that does not fit this model: say which model
             raise TfcalcError("\n".join(f"{model}: {line}" for line in validation_lines(e))) from None
         except TfcalcError as e:  # say which model, unless the message names its file already
             raise TfcalcError("\n".join(line if line.startswith(model) else f"{model}: {line}"
                                          for line in str(e).splitlines())) from None
-    labels = [r.spec.label for r in results]
+    results = [r for _, r in pairs]
     fmt = Format.json if as_json else fmt
-    if fmt is Format.json:
+    if axes:
+        labels = [f"{p.model} {p.describe()}" for p, _ in pairs]
+    else:
+        labels = [r.spec.label for r in results]
+    lengths_given = ("seq_len" in overrides or "seq_len" in axes or "tgt_len" in axes
+                     or single["tgt_len"] is not None)
+    note = None if lengths_given else render.different_lengths_line(labels, results)
+    if axes and fmt is not Format.table:
+        _emit_tidy([count_row(p, r) for p, r in pairs], fmt)
+    elif fmt is Format.json:
         typer.echo(render.to_json({"models": [r.to_dict() for r in results]}))
     elif fmt is Format.csv:
         table = render.compare_table(results, labels, readable=False)
         typer.echo(render.to_csv(table.columns, table.rows), nl=False)
     else:
-        _print_tables([render.compare_table(results, labels, readable=True)], fmt)
+        _print_tables([render.compare_table(results, labels, readable=True)], fmt, [note] if note else [])
+    if path is not None:
+        from .plot import counts_figure
+
+        _plot_save(counts_figure(pairs, axes, None if axes else "Comparison: parameters and forward FLOPs"), path)
 
 
 DeviceOpt = Annotated[str, typer.Option("--device", help="meta (no memory: any size), cpu, cuda or cuda:N.")]
@@ -415,18 +656,12 @@ KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help=(
     "KV cache: fp32, bf16, fp16, fp8 or int8 (default: the weights' for fp32/bf16/fp16, else bf16)."))]
 
 
-_TRAINING = "Training (any of these plans a train step: memory per GPU)"
-
-
-def _training_opt(flag: str, text: str, **kw):
-    return typer.Option(flag, rich_help_panel=_TRAINING, show_default=False, help=text, **kw)
-
-
 @app.command("memory")
-@spec_flags
-def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
-               phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
-               tgt_len: TgtLenOpt = None,
+@sweep_flags
+def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
+               hf_config: HfOpt = None,
+               phase: PhaseOpt = None, context: SweepContextOpt = None, src_len: SweepSrcLenOpt = None,
+               tgt_len: SweepTgtLenOpt = None,
                dtype: Annotated[Optional[str], typer.Option("--dtype", show_default=False, help=(
                    "Inference weights: fp32, bf16 (default), fp16, or weight-only fp8, int8, int4."))] = None,
                kv_dtype: KvDtypeOpt = None,
@@ -443,31 +678,40 @@ def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, 
                    "none (default: eager attention keeps its probabilities), selective (attention cores "
                    "recomputed; what FlashAttention keeps), full (each block's input only)."))] = None,
                dp: Annotated[Optional[int], _training_opt("--dp", "Data-parallel GPUs (default 1).",
-                                                          parser=_integer, metavar="N")] = None,
+                                                          parser=_one, metavar="N")] = None,
                zero: Annotated[Optional[int], _training_opt("--zero", (
                    "ZeRO stage over the data-parallel GPUs: 0 (default), 1 optimizer states, 2 + gradients, "
-                   "3 + weights (FSDP)."), parser=_integer, metavar="0-3")] = None,
+                   "3 + weights (FSDP)."), parser=_one, metavar="0-3")] = None,
                tp: Annotated[Optional[int], _training_opt("--tp", "Tensor-parallel GPUs (Megatron; default 1).",
-                                                          parser=_integer, metavar="N")] = None,
+                                                          parser=_one, metavar="N")] = None,
                sp: Annotated[Optional[bool], _training_opt("--sp", (
                    "Sequence parallelism with --tp: norms and their outputs split too."))] = None,
                pp: Annotated[Optional[int], _training_opt("--pp", "Pipeline stages (1F1B; default 1).",
-                                                          parser=_integer, metavar="N")] = None,
+                                                          parser=_one, metavar="N")] = None,
                ep: Annotated[Optional[int], _training_opt("--ep", "Expert-parallel GPUs (MoE; default 1).",
-                                                          parser=_integer, metavar="N")] = None,
+                                                          parser=_one, metavar="N")] = None,
                cp: Annotated[Optional[int], _training_opt("--cp", "Context-parallel GPUs (default 1).",
-                                                          parser=_integer, metavar="N")] = None,
+                                                          parser=_one, metavar="N")] = None,
+               plot: PlotOpt = None,
                fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Memory per GPU. Training (--phase train or any training flag): weights, gradients, optimizer states,
     master weights and activations on a parallel layout. Inference (default: decode): weights by dtype and
-    the KV cache."""
-    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    the KV cache. Lists or ranges (--batch-size 1,8,64, --context 1k..128kx2) give one row per point."""
+    from .sweep import order, plan_row
+
+    _single(dtype=dtype, kv_dtype=kv_dtype, gpu=gpu, precision=precision, optimizer=optimizer, recompute=recompute)
+    single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
+    context, src_len, tgt_len = single["context"], single["src_len"], single["tgt_len"]
+    axes = order(axes)
+    presets = _presets(preset)
+    points = _sweep_points(presets, spec, hf_config, overrides, axes)
     layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
                                       ("ep", ep), ("cp", cp)) if v is not None}
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
                                             ("recompute", recompute)) if v is not None]
     training_flags += [f"--{k}" for k in layout_flags]
-    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype), ("--context", context))
+    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype),
+                                      ("--context", context if "context" not in axes else axes["context"]))
                        if v is not None]
     training = (phase is Phase.train) or (phase is None and bool(training_flags))
     if training and inference_flags:
@@ -475,66 +719,122 @@ def memory_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, 
         raise TfcalcError(f"{inference_flags[0]}: an inference flag; {what} plans a train step (drop one)")
     if not training and training_flags:
         raise TfcalcError(f"{training_flags[0]}: a training flag; --phase {phase.value} plans inference (drop one)")
+    sweeping = bool(axes) or len(presets) > 1
+    axis = _single_axis(axes, len(presets), "memory") if plot is not None else None
+    path = _plot_start(plot)
     capacity = name = None
     if gpu is not None:
         from .plan.gpus import lookup
 
         card = lookup(gpu)
         capacity, name = card.memory_bytes, card.name
-    if training:
-        from .plan.training import Layout, training_memory
 
-        workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
-        m = training_memory(model_spec, workload, precision or "bf16-mixed", optimizer or "adamw",
-                            recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags)
-        table = render.training_memory_table(m)
-    else:
+    def plan(p):
+        v = p.values
+        ctx, src, tgt = v.get("context", context), v.get("src_len", src_len), v.get("tgt_len", tgt_len)
+        if training:
+            from .plan.training import Layout, training_memory
+
+            workload = workload_for(p.spec, "train", None, src, tgt, p.overrides.get("seq_len"))
+            return training_memory(p.spec, workload, precision or "bf16-mixed", optimizer or "adamw",
+                                   recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags)
         from .plan.memory import inference_memory
 
-        workload = workload_for(model_spec, (phase and phase.value) or "decode", context, src_len, tgt_len,
-                                overrides.get("seq_len"))
-        m = inference_memory(model_spec, workload, dtype or "bf16", kv_dtype, capacity, name)
-        table = render.memory_table(m)
+        workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))
+        return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name)
+
+    pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt
-    if fmt is Format.json:
-        typer.echo(render.to_json({"spec": model_spec.model_dump(), **m.to_dict()}))
-    elif fmt is Format.csv:
-        typer.echo(render.to_csv(["figure", "value"], render.flatten(m.to_dict())), nl=False)
+    if sweeping and fmt is not Format.table:
+        _emit_tidy([plan_row(p, m.to_dict()) for p, m in pairs], fmt)
+    elif sweeping:
+        header = _sweep_header(pairs, pairs[0][1].workload)
+        _print_tables([render.memory_sweep_table(pairs, list(axes))], fmt, header)
     else:
-        header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
-                  f"workload: {render.describe_workload(workload)}"]
-        _print_tables([table], fmt, header)
+        ((point, m),) = pairs
+        model_spec, source = point.spec, point.source
+        table = render.training_memory_table(m) if training else render.memory_table(m)
+        if fmt is Format.json:
+            typer.echo(render.to_json({"spec": model_spec.model_dump(), **m.to_dict()}))
+        elif fmt is Format.csv:
+            typer.echo(render.to_csv(["figure", "value"], render.flatten(m.to_dict())), nl=False)
+        else:
+            header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
+                      f"workload: {render.describe_workload(m.workload)}"]
+            _print_tables([table], fmt, header)
+    if path is not None:
+        from .plot import memory_breakdown
+
+        _plot_save(memory_breakdown(pairs, axis), path)
 
 
 @app.command("infer")
-@spec_flags
-def infer_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
+@sweep_flags
+def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
+              hf_config: HfOpt = None,
               gpu: Annotated[Optional[str], typer.Option("--gpu", help="The GPU (h100-sxm, a100-80gb, ...): its "
                                                                        "dense peak and bandwidth.")] = None,
-              context: Annotated[Optional[int], typer.Option("--context", parser=_integer, metavar="N", help=(
-                  "Prompt tokens per sequence: prefilled, then decoded against (default seq_len)."))] = None,
-              src_len: SrcLenOpt = None,
+              context: Annotated[Optional[str], typer.Option("--context", parser=_sizes, metavar="N|LIST", help=(
+                  "Prompt tokens per sequence: prefilled, then decoded against (default seq_len)." + _SWEEPS))]
+              = None,
+              src_len: SweepSrcLenOpt = None,
               dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+              plot: PlotOpt = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by."""
+    """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by. Lists or
+    ranges (--context 1k..32kx2, --batch-size 1,8,64) give one row per point."""
     from .plan.gpus import lookup
     from .plan.roofline import inference_plan
+    from .sweep import order, plan_row
 
-    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    _single(gpu=gpu, dtype=dtype, kv_dtype=kv_dtype)
+    single = _workload_axes(axes, context=context, src_len=src_len)
+    context, src_len = single["context"], single["src_len"]
+    axes = order(axes)
+    presets = _presets(preset)
+    points = _sweep_points(presets, spec, hf_config, overrides, axes)
     if gpu is None:
         raise TfcalcError("give --gpu NAME (h100-sxm, a100-80gb, ...): the roofline needs its peak and bandwidth")
-    plan = inference_plan(model_spec, lookup(gpu), model_spec.seq_len if context is None else context,
-                          model_spec.batch_size, dtype, kv_dtype,
-                          (src_len or model_spec.seq_len) if model_spec.is_encoder_decoder else src_len)
+    card = lookup(gpu)
+    sweeping = bool(axes) or len(presets) > 1
+    if plot is not None and (len(axes) > 1 or (axes and len(presets) > 1)):
+        _single_axis(axes, len(presets), "the roofline")
+    path = _plot_start(plot)
+
+    def plan(p):
+        ctx, src = p.values.get("context", context), p.values.get("src_len", src_len)
+        s = p.spec
+        return inference_plan(s, card, s.seq_len if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
+                              (src or s.seq_len) if s.is_encoder_decoder else src)
+
+    pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt
-    if fmt is Format.json:
-        typer.echo(render.to_json({"spec": model_spec.model_dump(), **plan.to_dict()}))
-    elif fmt is Format.csv:
-        data = {k: v for k, v in plan.to_dict().items() if k not in ("prefill", "decode")}
-        typer.echo(render.to_csv(["figure", "value"], render.flatten(data)), nl=False)
+    if sweeping and fmt is not Format.table:
+        rows = []
+        for p, result in pairs:
+            data = {k: v for k, v in result.to_dict().items() if k not in ("prefill", "decode")}
+            for phase in ("prefill", "decode"):
+                data[phase] = {k: v for k, v in getattr(result, phase).to_dict().items() if k != "ops"}
+            rows.append(plan_row(p, data))
+        _emit_tidy(rows, fmt)
+    elif sweeping:
+        header = _sweep_header(pairs)
+        _print_tables([render.infer_sweep_table(pairs, list(axes))], fmt, header)
     else:
-        _print_tables(render.infer_tables(plan), fmt, [f"{model_spec.label}: {render.describe(model_spec)}",
-                                                       f"source: {source}"])
+        ((point, result),) = pairs
+        model_spec, source = point.spec, point.source
+        if fmt is Format.json:
+            typer.echo(render.to_json({"spec": model_spec.model_dump(), **result.to_dict()}))
+        elif fmt is Format.csv:
+            data = {k: v for k, v in result.to_dict().items() if k not in ("prefill", "decode")}
+            typer.echo(render.to_csv(["figure", "value"], render.flatten(data)), nl=False)
+        else:
+            _print_tables(render.infer_tables(result), fmt, [f"{model_spec.label}: {render.describe(model_spec)}",
+                                                             f"source: {source}"])
+    if path is not None:
+        from .plot import roofline
+
+        _plot_save(roofline(pairs, next(iter(axes), None) if len(presets) == 1 and len(axes) == 1 else None), path)
 
 
 def _tokens(text: str) -> int:

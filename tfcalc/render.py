@@ -878,3 +878,131 @@ def profile_sweep_table(results) -> Table:
                                                        "tokens/s"], rows,
                  "predicted = analytic FLOPs / measured GEMM peak; the N^2 attention term shows as N grows",
                  right={0, 1, 2, 3, 4, 5})
+
+
+# ---- sweeps (tfcalc.sweep) ------------------------------------------------------------------------
+
+def _sweep_head(points, axes: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The leading columns of a sweep table: the model (when there are several) and each swept value."""
+    several = len({p.index for p in points}) > 1
+    columns = (["model"] if several else []) + list(axes)
+    rows = [([p.model] if several else []) + [f"{p.values[a]:,}" for a in axes] for p in points]
+    return columns, rows
+
+
+def count_sweep_table(pairs, axes: list[str]) -> Table:
+    """One row per point of a count sweep: the swept values, parameters, forward FLOPs (every pair and causal),
+    the train step, FLOPs per token, attention's share of block FLOPs. pairs: [(sweep.Point, CountResult)]."""
+    points, results = [p for p, _ in pairs], [r for _, r in pairs]
+    columns, rows = _sweep_head(points, axes)
+    lead = len(columns)
+    moe = any(r.params.active != r.params.total for r in results)
+    train = all(r.workload.phase == "train" for r in results)
+    columns += ["params", *(["active"] if moe else []), "forward FLOPs", "forward, causal",
+                *(["train step"] if train else []), "FLOPs per token", "attention share"]
+    for row, r in zip(rows, results):
+        f = r.flops
+        per_token = f"{f.per_token:,}" if isinstance(f.per_token, int) else sci(float(f.per_token)) \
+            if isinstance(f.per_token, float) else str(f.per_token)
+        row += [exact(r.params.total), *([exact(r.params.active)] if moe else []), exact(f.forward),
+                exact(f.forward_causal), *([exact(f.train_step)] if train else []), per_token,
+                pct(r.crossover.attention_share)]
+    n = len(columns)
+    units = {j: (human if columns[j] in ("params", "active") else sci) for j in range(lead, n - 1)}
+    optional = [columns.index(c) for c in ("forward, causal", "train step", "attention share", "FLOPs per token")
+                if c in columns]
+    caption = ("FLOPs = 2 per multiply-add, matmuls only; forward over every (query, key) pair, causal over the pairs "
+               "the mask keeps; attention share = attention's share of block FLOPs (projections + scores + values "
+               "against the MLP). Every figure exact: --format csv, json or markdown (one row per point).")
+    return Table(f"Sweep: {len(rows):,} point{'s' if len(rows) != 1 else ''}", columns, rows, caption,
+                 right=set(range(lead - len(axes), n)), optional=optional, units=units, label_columns=max(1, lead))
+
+
+def crossover_lines(pairs) -> list[str]:
+    """Where attention overtakes the MLP, once per model of a sweep."""
+    seen, lines = set(), []
+    for p, r in pairs:
+        if p.index not in seen:
+            seen.add(p.index)
+            lines.append(f"{p.model}: attention (projections + scores + values) overtakes the MLP at N >= "
+                         f"{r.crossover.seq_len:,}.")
+    return lines
+
+
+def different_lengths_line(labels: list[str], results) -> str | None:
+    """compare's note when the models run at different sequence lengths (each preset's own default)."""
+    lengths = [r.workload.seq_len for r in results]
+    keys = [r.workload.keys for r in results]
+    if len(set(lengths)) <= 1 and len(set(keys)) <= 1:
+        return None
+    runs = ", ".join(f"{label} at {n:,}" + (f" ({k:,} keys)" if k != n else "")
+                     for label, n, k in zip(labels, lengths, keys))
+    return (f"note: the models run at different lengths, each its own default: {runs} tokens per sequence. FLOPs "
+            "and shares are not at one length: give --seq-len N to compare at one length (or a list of "
+            "lengths, for each model at each).")
+
+
+def memory_sweep_table(pairs, axes: list[str]) -> Table:
+    """One row per point of a memory sweep: each category of bytes, the total (training: and the peak), and what
+    fits. pairs: [(sweep.Point, InferenceMemory | TrainingMemory)]."""
+    points, plans = [p for p, _ in pairs], [m for _, m in pairs]
+    columns, rows = _sweep_head(points, axes)
+    lead = len(columns)
+    training = not hasattr(plans[0], "kv_cache_bytes")
+    gpu = plans[0].capacity_bytes is not None
+    if training:
+        master = any(m.master_weights for m in plans)
+        columns += ["weights", "gradients", "optimizer states", *(["master weights"] if master else []),
+                    "activations", "total", "peak (estimate)", *(["fits"] if gpu else [])]
+        for row, m in zip(rows, plans):
+            row += [exact(m.weights), exact(m.gradients), exact(m.optimizer_states),
+                    *([exact(m.master_weights)] if master else []), exact(m.activations), exact(m.total),
+                    exact(m.peak), *(["yes" if m.fits else "no"] if gpu else [])]
+    else:
+        columns += ["weights", "KV cache", "total", *(["fits", "sequences"] if gpu else [])]
+        for row, m in zip(rows, plans):
+            row += [exact(m.weights_bytes), exact(m.kv_cache_bytes), exact(m.total_bytes),
+                    *(["yes" if m.fits else "no", exact(m.max_sequences or 0)] if gpu else [])]
+    n = len(columns)
+    byte_columns = [j for j in range(lead, n) if columns[j] not in ("fits", "sequences")]
+    m0 = plans[0]
+    if training:
+        caption = (f"bytes per GPU of the worst pipeline stage; {m0.precision}, {m0.optimizer}, recompute "
+                   f"{m0.recompute}, {m0.layout.describe()}. Peak adds the backward's and the step's transients.")
+    else:
+        caption = (f"bytes; weights {m0.dtype}, KV cache {m0.kv_dtype}; weights and KV cache only (activations and "
+                   "the runtime's own memory are not counted).")
+    if gpu:
+        caption += f" GPU: {m0.gpu_name}, {exact(m0.capacity_bytes)} bytes ({binary_bytes(m0.capacity_bytes)})."
+    caption += " Readable units: binary (GiB = 2^30 bytes); every figure exact in --format csv or json."
+    return Table(f"{'Training' if training else 'Inference'} memory sweep: {len(rows):,} points", columns, rows,
+                 caption, right=set(range(lead - len(axes), n)), units={j: binary_bytes for j in byte_columns},
+                 label_columns=max(1, lead))
+
+
+def infer_sweep_table(pairs, axes: list[str]) -> Table:
+    """One row per point of an infer sweep: time to first token, the decode step and its tokens/s, and what
+    bounds each phase. pairs: [(sweep.Point, InferencePlan)]."""
+    points, plans = [p for p, _ in pairs], [plan for _, plan in pairs]
+    columns, rows = _sweep_head(points, axes)
+    lead = len(columns)
+    columns += ["time to first token", "prefill bound", "decode step", "decode tokens/s", "decode bound"]
+    for row, plan in zip(rows, plans):
+        p, d = plan.prefill, plan.decode
+        row += [f"{p.seconds * 1e3:,.3f} ms", p.bound, f"{d.seconds * 1e3:,.3f} ms", f"{d.tokens_per_s:,.0f}",
+                d.bound]
+    p0 = plans[0]
+    caption = (f"{p0.gpu.name}, {p0.dtype} (KV cache {p0.kv_dtype}): dense datasheet peak {sci(p0.peak)} FLOP/s, "
+               f"{p0.gpu.bandwidth_bytes_per_s / 1e12:,.2f} TB/s. Prefill of the context (the time to first token), "
+               "then one decode step against it. A bound, not a measurement (docs/planning.md).")
+    n = len(columns)
+    return Table(f"Roofline sweep: {len(rows):,} points", columns, rows, caption,
+                 right=set(range(lead - len(axes), n)) - {n - 1, n - 4}, label_columns=max(1, lead))
+
+
+def tidy_markdown(columns: list[str], rows: list[list[Any]]) -> str:
+    """A tidy table in Markdown: one row per point, every figure as in the CSV (exact integers, no separators)."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    return to_markdown(Table("Sweep", columns, cells, right={j for j, c in enumerate(columns)
+                                                              if rows and isinstance(rows[0][j], (int, float))
+                                                              and not isinstance(rows[0][j], bool)}))
