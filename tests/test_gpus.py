@@ -210,7 +210,6 @@ def test_importing_the_table_does_not_import_torch():
 
 
 def test_profile_datasheet_reads_this_table():
-    pytest.importorskip("torch")
     from tfcalc.profile.peak import datasheet_for
 
     h100 = datasheet_for("NVIDIA H100 80GB HBM3")

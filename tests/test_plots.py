@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("matplotlib")
+import matplotlib  # noqa: E402,F401  (the test extra has it: a missing one is an error, not a skip)
 
 from tfcalc import TfcalcError, Workload, count, load_preset  # noqa: E402
 from tfcalc import plot  # noqa: E402
@@ -247,3 +247,27 @@ def test_a_missing_matplotlib_in_a_real_process():
             "main()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 2 and p.stdout == "" and p.stderr.strip() == INSTALL
+
+
+def test_profile_measured_against_predicted(tmp_path):
+    # the series are the ProfileResults' own: median (min-max range) and FLOPs / measured GEMM peak
+    from tfcalc import ModelSpec
+    from tfcalc.profile import profile
+
+    spec = ModelSpec(n_layers=1, d_model=64, n_heads=2, vocab_size=128, seq_len=16, max_positions=64)
+    results = [profile(spec.replace(seq_len=n), device="cpu", warmup=1, repeat=2) for n in (16, 32)]
+    fig = plot.profile_times(results)
+    ax = fig.axes[0]
+    assert list(line(ax, "predicted").get_ydata()) == [r.predicted_time_s * 1000 for r in results]
+    assert list(line(ax, "predicted_by_shape").get_ydata()) == [r.predicted_by_shape_s * 1000 for r in results]
+    ratio = next(x for x in fig.axes[1].lines if x.get_gid() == "ratio")
+    assert list(ratio.get_ydata()) == [r.time.median / r.predicted_time_s for r in results]
+    out = tmp_path / "p.png"
+    r = runner.invoke(app, ["profile", "-L", "1", "-d", "64", "-H", "2", "-V", "128", "--max-positions", "64",
+                            "--seq-len", "16,32", "--repeat", "2", "--warmup", "1", "--device", "cpu",
+                            "--plot", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 10_000
+    r = runner.invoke(app, ["profile", "-p", "gpt2", "--plot", str(out)])  # one N: nothing to draw over N
+    assert r.exit_code == 2 and "give a list of lengths" in r.output
+

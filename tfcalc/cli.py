@@ -593,16 +593,23 @@ def profile_cmd(
     tune_allocator: Annotated[bool, typer.Option("--tune-allocator/--default-allocator", help=(
         "CPU: keep freed blocks in glibc's heap so that steps do not pay for page faults (mallopt; see "
         "docs/profiling.md), or leave malloc as it is."))] = True,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png|FILE.svg", help=(
+        "With a list of N: measured against predicted time over N, drawn into FILE (.png or .svg; needs "
+        "matplotlib: pip install 'tfcalc\\[plot]')."))] = None,
     fmt: FormatOpt = Format.table,
     as_json: JsonOpt = False,
 ) -> None:
     """Time the real model on the local GPU (or CPU): achieved FLOP/s, MFU, predicted against measured time.
 
     Ctrl-C while timing shows the rounds completed, then exits with 130."""
+    lens = _seq_lens(seq_len) if seq_len is not None else [None]
+    if plot is not None and len(lens) < 2:
+        raise TfcalcError(f"--plot {str(plot)!r}: profile draws measured against predicted time over N; give a "
+                          "list of lengths (--seq-len 256,512,1024)")
+    plot_path = _plot_start(plot)
     import_torch()
     from .profile.runner import resolve_device
 
-    lens = _seq_lens(seq_len) if seq_len is not None else [None]
     specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]
              for n in lens]
     if device is None and resolve_device(None).type == "cpu":
@@ -627,6 +634,10 @@ def profile_cmd(
         if len(results) > 1:
             tables.append(render.profile_sweep_table(results))
         _print_tables(tables, fmt, render.profile_lines(results[0]))
+    if plot_path is not None and len(results) > 1:
+        from .plot import profile_times
+
+        _plot_save(profile_times(results), plot_path)
     if results[-1].interrupted:  # what was measured is shown; the interrupt is still honoured
         timed = results[-1].time.repeats
         _fail([f"interrupted: shown above are the {timed} timed round{'s' if timed != 1 else ''} completed"],

@@ -548,3 +548,47 @@ def roofline(pairs: list, axis: str | None = None):
                "matmul FLOPs) are off the chart. A bound, not a measurement. tfcalc infer.")
     _caption(fig, caption)
     return fig
+
+
+@_styled
+def profile_times(results: list):
+    """profile's measured step time (median, with the fastest and slowest steps as a range) against the predicted
+    time (analytic FLOPs over the measured GEMM peak; and each matmul at its own shape's rate) over N, one model.
+
+    results: [profile.ProfileResult] in sweep order."""
+    xs = [r.spec.seq_len for r in results]
+    fig, (ax, ratio_ax) = _figure(ncols=2, width=10.0, height=4.6)
+    log = _x_axis(ax, xs, "seq_len")
+    _x_axis(ratio_ax, xs, "seq_len")
+    ms = [r.time.median * 1000 for r in results]
+    low = [m - r.time.min * 1000 for m, r in zip(ms, results)]
+    high = [r.time.max * 1000 - m for m, r in zip(ms, results)]
+    ax.errorbar(xs, ms, yerr=[low, high], color="C0", marker="o", markersize=4, linewidth=1.2, capsize=3,
+                label="measured (median; min to max)", gid="measured")
+    ax.plot(xs, [r.predicted_time_s * 1000 for r in results], color="0.2", linestyle="--", marker=".",
+            linewidth=1.0, label="predicted: FLOPs / measured GEMM peak", gid="predicted")
+    ax.plot(xs, [r.predicted_by_shape_s * 1000 for r in results], color="C1", linestyle=":", marker=".",
+            linewidth=1.0, label="predicted: each matmul at its shape's rate", gid="predicted_by_shape")
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel("time per step (ms)")
+    r0 = results[0]
+    model = (r0.spec.name or "model").split(" (")[0]
+    fig.suptitle(f"{model}: measured against predicted step time over N", fontweight="bold", fontsize=10.5)
+    ax.set_title("time per step")
+    ratio_ax.plot(xs, [r.time.median / r.predicted_time_s for r in results], color="C0", marker="o", markersize=4,
+                  linewidth=1.2, gid="ratio")
+    ratio_ax.axhline(1.0, color="0.3", linewidth=0.8)
+    ratio_ax.set_ylabel("measured / predicted")
+    ratio_ax.set_title("measured / predicted (1: the FLOPs explain it)")
+    ax.legend(loc="upper left")
+    from .render import describe
+
+    where = f"{r0.device_name} ({r0.device}), {r0.dtype}, {r0.mode}{', torch.compile' if r0.compiled else ''}"
+    caption = (f"{r0.spec.label}: {describe(r0.spec)}.\nMeasured on {where}, B={r0.spec.batch_size}, "
+               f"N {short(min(xs))} to {short(max(xs))}, {len(xs)} points. Predicted time = analytic FLOPs of the "
+               "step (2 per multiply-add) / the fastest of the model's GEMM shapes timed on the same device. "
+               "tfcalc profile.")
+    _caption(fig, caption)
+    return fig
+
