@@ -14,7 +14,17 @@ Mixture of experts, on a real device: a softmax router picks the top_k experts o
 runs on exactly the tokens sent to it. On the meta device there is no data to route on, so routing is
 deterministic: token t's j-th choice is slot i = t * top_k + j, and slot i goes to expert i mod n_experts
 (round robin). Every token still goes through exactly top_k distinct experts, so expert FLOPs equal
-tokens * top_k * one expert's FLOPs on both paths.
+tokens * top_k * one expert's FLOPs on both paths. Under torch's FakeTensorMode (tensors without data, used to
+measure training memory) the router's softmax, top-k and weights run as on a real device and the choice is the
+same round robin, slot i = t * top_k + j going to expert i mod n_experts.
+
+What a train step keeps for backward is what an efficient implementation keeps (`tfcalc.verify.memory` itemises
+it): each norm its input and its fp32 statistics (one autograd function over the native kernels, as fused norms
+do), q, k and v once each (contiguous, k and v at the key/value heads: grouped-query attention folds each group
+of query heads into the rows of one key/value head instead of repeating keys and values), the causal or window
+mask added as a constant (nothing kept), the rotary cos/sin tables once per forward, shared by every layer.
+`recompute="selective"` runs the attention core under torch.utils.checkpoint (its q, k, v kept, its scores and
+probabilities recomputed in backward); `recompute="full"` checkpoints each block (its input kept).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..arch import Layer, Stack, Workload, default_workload, stacks
 from ..spec import ModelSpec
@@ -36,8 +47,97 @@ ACTIVATIONS = {
 }
 
 
+RECOMPUTE = ("none", "selective", "full")
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """A FakeTensor (FakeTensorMode: shapes without data)."""
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+    except ImportError:  # pragma: no cover - every torch this package supports has it
+        return False
+    return is_fake(t)
+
+
+def _saving(x: torch.Tensor, *params: torch.Tensor) -> bool:
+    """True when autograd will record this op (grad mode on, something requires grad), outside a jit trace."""
+    return (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and (x.requires_grad or any(p is not None and p.requires_grad for p in params)))
+
+
+class _LayerNormFunction(torch.autograd.Function):
+    """torch's native layer norm, keeping for backward what a fused layer norm keeps: the input, the weight and
+    bias, and the mean and rstd per row in fp32 (the CPU kernel returns them in the input's dtype: they are kept
+    in fp32 and handed back to its backward in that dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)
+        ctx.stat_dtype = mean.dtype
+        ctx.save_for_backward(x, weight, bias, mean.float(), rstd.float())
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        dtype = ctx.stat_dtype
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            dy, x, [x.shape[-1]], mean.to(dtype), rstd.to(dtype), weight, bias, list(ctx.needs_input_grad[:3]))
+        return dx, dw, db, None
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """torch's fused RMS norm (`aten._fused_rms_norm`: one kernel on CUDA), keeping the input, the weight and the
+    fp32 rstd per row. Its backward kernel exists on CUDA (and for fake and meta tensors); elsewhere (the CPU)
+    the same gradient is computed here from the kept tensors."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        mask = list(ctx.needs_input_grad[:2])
+        if x.device.type != "cpu" or _is_fake(x):
+            try:
+                dx, dw = torch.ops.aten._fused_rms_norm_backward(dy, x, [x.shape[-1]], rstd, weight, mask)
+                return dx, dw, None
+            except NotImplementedError:  # no kernel for this backend: the formula below
+                pass
+        acc = torch.promote_types(x.dtype, torch.float32)
+        x_hat = x.to(acc) * rstd
+        g = dy.to(acc) * weight.to(acc)
+        dx = (rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))).to(x.dtype)
+        dw = (dy.to(acc) * x_hat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        return dx, dw, None
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm (same parameters, same values); with autograd on, one function that keeps only what a fused
+    kernel keeps (see `_LayerNormFunction`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _saving(x, self.weight, self.bias):
+            return _LayerNormFunction.apply(x, self.weight, self.bias, self.eps)
+        return super().forward(x)
+
+
+class RMSNorm(nn.RMSNorm):
+    """nn.RMSNorm (same parameters, same values); with autograd on, the fused kernel that keeps the input and the
+    fp32 rstd (see `_RMSNormFunction`). F.rms_norm off CUDA decomposes into ops that keep fp32 copies of the
+    input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _saving(x, self.weight):
+            return _RMSNormFunction.apply(x, self.weight, self.eps)
+        return super().forward(x)
+
+
 def make_norm(spec: ModelSpec) -> nn.Module:
-    return nn.LayerNorm(spec.d_model) if spec.norm == "layernorm" else nn.RMSNorm(spec.d_model)
+    return LayerNorm(spec.d_model) if spec.norm == "layernorm" else RMSNorm(spec.d_model)
 
 
 class Embedding(nn.Module):
@@ -75,13 +175,21 @@ def sinusoidal_table(n: int, d: int, device, dtype) -> torch.Tensor:
     return table.to(dtype)
 
 
-def rotary(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+def rotary_tables(offset: int, n: int, d_head: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [n, d] of positions offset.. (d: d_head rounded down to even), for `rotary`. A stack computes
+    them once per forward and every layer shares them (what backward keeps of rotary is these two tables)."""
+    d = d_head - d_head % 2
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+    angles = torch.arange(offset, offset + n, device=device, dtype=torch.float32)[:, None] * inv_freq
+    angles = torch.cat([angles, angles], -1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotary(x: torch.Tensor, offset: int = 0, tables: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Rotary position embedding (Su et al.) on x: [B, H, N, d_head] at positions offset.., rotate-half form;
-    no parameters. An odd last channel is left as it is."""
+    no parameters. An odd last channel is left as it is. `tables`: `rotary_tables` for these positions."""
     N, d = x.shape[-2], x.shape[-1] - x.shape[-1] % 2
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.arange(offset, offset + N, device=x.device, dtype=torch.float32)[:, None] * inv_freq
-    cos, sin = torch.cat([angles, angles], -1).cos().to(x.dtype), torch.cat([angles, angles], -1).sin().to(x.dtype)
+    cos, sin = tables if tables is not None else rotary_tables(offset, N, x.shape[-1], x.device, x.dtype)
     rot, rest = x[..., :d], x[..., d:]
     half1, half2 = rot[..., : d // 2], rot[..., d // 2:]
     rotated = rot * cos + torch.cat([-half2, half1], -1) * sin
@@ -105,7 +213,13 @@ class AttentionCore(nn.Module):
     parameters.
 
     `explicit=True` computes it with two matmuls (what fvcore can trace op by op, and what a backward pass
-    differentiates without recomputation); otherwise torch's scaled_dot_product_attention."""
+    differentiates without recomputation); otherwise torch's scaled_dot_product_attention.
+
+    k and v come at the key/value heads. With grouped-query attention the explicit path folds each group of
+    H / Hkv query heads into the rows of its key/value head ([B, Hkv, g * s_q, dh] @ [B, Hkv, dh, s_k]: the same
+    products, keys and values never repeated); SDPA gets them repeated to H heads (FlopCounterMode's SDPA
+    formula wants equal heads). The mask is added as a constant (0 or -inf): an addition keeps nothing for
+    backward, where masked_fill would keep the mask."""
 
     def __init__(self, causal: bool, window: int | None, explicit: bool):
         super().__init__()
@@ -114,25 +228,41 @@ class AttentionCore(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
         s_q, s_k = int(q.shape[-2]), int(k.shape[-2])  # ints, also under fvcore's jit trace
+        H, Hkv = int(q.shape[1]), int(k.shape[1])
         plain_causal = bool(self.causal and self.window is None and s_q == s_k and bias is None)
         keep = None if plain_causal else keep_mask(s_q, s_k, self.causal, self.window, q.device)
         if not self.explicit:
+            if Hkv != H:  # GQA/MQA: each key/value head serves H / Hkv query heads
+                k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
             mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=plain_causal)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, s_q, dh] @ [B, H, dh, s_k]
+        B, dh, g = int(q.shape[0]), int(q.shape[-1]), H // Hkv
+        if g > 1:  # query heads h = j * g + i .. of key/value head j: rows i * s_q + n of head j
+            q = q.reshape(B, Hkv, g * s_q, dh)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # [B, Hkv, g s_q, dh] @ [B, Hkv, dh, s_k]
         if bias is not None:
-            scores = scores + bias
+            scores = scores + (bias if g == 1 else bias.reshape(bias.shape[0], Hkv, g * s_q, s_k))
         if plain_causal:
             keep = keep_mask(s_q, s_k, True, None, q.device)
         if keep is not None:
-            scores = scores.masked_fill(~keep, float("-inf"))
-        return scores.softmax(-1) @ v  # [B, H, s_q, s_k] @ [B, H, s_k, dh]
+            blocked = torch.zeros(keep.shape, dtype=scores.dtype, device=scores.device)
+            blocked = blocked.masked_fill(~keep, float("-inf"))
+            scores = scores + (blocked if g == 1 else blocked.repeat(g, 1))
+        y = scores.softmax(-1) @ v  # [B, Hkv, g s_q, s_k] @ [B, Hkv, s_k, dh]
+        return y if g == 1 else y.reshape(B, H, s_q, dh)
 
 
 def _heads(x: torch.Tensor, heads: int, d_head: int) -> torch.Tensor:
     """[B, N, heads * d_head] -> [B, heads, N, d_head]"""
     B, N, _ = x.shape
     return x.view(B, N, heads, d_head).transpose(1, 2)
+
+
+def _run_core(core: AttentionCore, recompute: bool, q, k, v, bias=None) -> torch.Tensor:
+    """The core, under torch.utils.checkpoint when it is recomputed in backward (selective recomputation)."""
+    if recompute and torch.is_grad_enabled():
+        return checkpoint(core, q, k, v, bias, use_reentrant=False, preserve_rng_state=False)
+    return core(q, k, v, bias)
 
 
 def _cached(new: torch.Tensor, context: int) -> torch.Tensor:
@@ -146,25 +276,26 @@ def _cached(new: torch.Tensor, context: int) -> torch.Tensor:
 class Attention(nn.Module):
     """The `attention` builder: fused q/k/v, the core over cache + new keys, the output projection."""
 
-    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool):
+    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
         self.qkv = nn.Linear(spec.d_model, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias)
         self.core = AttentionCore(causal, layer.window, explicit)
         self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
         self.rotary = spec.positions == "rotary"
+        self.recompute_core = recompute == "selective"
 
-    def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
         q, k, v = self.qkv(x).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
         q, k, v = _heads(q, H, dh), _heads(k, Hkv, dh), _heads(v, Hkv, dh)
         if self.rotary:
-            q, k = rotary(q, context), rotary(k, context)
-        k, v = _cached(k, context), _cached(v, context)
-        if Hkv != H:  # GQA/MQA: each key/value head serves H / Hkv query heads
-            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
-        y = self.core(q, k, v, bias)
+            q, k = rotary(q, context, rope), rotary(k, context, rope)
+        # q, k, v each in its own storage: the fused projection's output is not kept alive by views of it
+        q, k, v = q.contiguous(), _cached(k, context).contiguous(), _cached(v, context).contiguous()
+        y = _run_core(self.core, self.recompute_core, q, k, v, bias)
         return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
 
 
@@ -172,26 +303,26 @@ class CrossAttention(nn.Module):
     """The `cross_attention` builder: queries from the decoder, keys and values from the encoder's output, or,
     in decode, from the cache (`src_len` of them)."""
 
-    def __init__(self, spec: ModelSpec, explicit: bool):
+    def __init__(self, spec: ModelSpec, explicit: bool, recompute: str = "none"):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
         self.q = nn.Linear(spec.d_model, spec.d_attn, bias=spec.has_qkv_bias)
         self.kv = nn.Linear(spec.d_model, 2 * spec.d_kv, bias=spec.has_qkv_bias)
         self.core = AttentionCore(False, None, explicit)
         self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
+        self.recompute_core = recompute == "selective"
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None, src_len: int) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
-        q = _heads(self.q(x), H, dh)
+        q = _heads(self.q(x), H, dh).contiguous()
         if memory is None:  # decode: the encoder's keys and values were cached at prefill
             k = v = x.new_zeros(B, Hkv, src_len, dh)
         else:
             k, v = self.kv(memory).split([Hkv * dh, Hkv * dh], dim=-1)
-            k, v = _heads(k, Hkv, dh), _heads(v, Hkv, dh)
-        if Hkv != H:
-            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
-        return self.out(self.core(q, k, v).transpose(1, 2).reshape(B, N, H * dh))
+            k, v = _heads(k, Hkv, dh).contiguous(), _heads(v, Hkv, dh).contiguous()
+        y = _run_core(self.core, self.recompute_core, q, k, v)
+        return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
 
 
 class MLP(nn.Module):
@@ -208,6 +339,15 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.up(x)) if self.gate is None else self.act(self.gate(x)) * self.up(x)
         return self.down(h)
+
+
+def _combine(out: torch.Tensor, tokens: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """out with y's rows added at `tokens`. With autograd on, scatter_add over the token index expanded (a view):
+    its backward keeps only the index, where index_add's keeps its source too (its derivative formula reads the
+    source's shape from the tensor)."""
+    if _saving(y):
+        return out.scatter_add(0, tokens[:, None].expand(-1, y.shape[-1]), y)
+    return out.index_add(0, tokens, y)
 
 
 class MoE(nn.Module):
@@ -227,7 +367,7 @@ class MoE(nn.Module):
         probs = self.router(flat).softmax(-1)
         out = torch.zeros_like(flat)
         for e, (tokens, weights) in enumerate(self._route(probs)):
-            out = out.index_add(0, tokens, self.experts[e](flat[tokens]) * weights)
+            out = _combine(out, tokens, self.experts[e](flat[tokens]) * weights)
         if len(self.shared):
             shared = sum(expert(flat) for expert in self.shared)
             if self.shared_gate is not None:
@@ -246,6 +386,12 @@ class MoE(nn.Module):
             return
         weights, chosen = probs.topk(k, dim=-1)
         weights = weights / weights.sum(-1, keepdim=True)
+        if _is_fake(probs):  # no data to route on: the meta path's round robin, slot i = t * k + j -> i mod E
+            for e in range(E):
+                slots = torch.arange(e, T * k, E, device=probs.device)
+                tokens, slot = slots // k, slots % k
+                yield tokens, weights[tokens, slot].unsqueeze(-1)
+            return
         for e in range(E):
             tokens, slot = (chosen == e).nonzero(as_tuple=True)
             yield tokens, weights[tokens, slot].unsqueeze(-1)
@@ -254,29 +400,33 @@ class MoE(nn.Module):
 class Block(nn.Module):
     """One block of the inventory: self-attention, cross-attention when it has it, the MLP or the experts."""
 
-    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool):
+    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
         super().__init__()
         self.pre_norm = spec.norm_position == "pre"
         self.attention_norm = make_norm(spec)
-        self.attention = Attention(spec, layer, causal, explicit)
+        self.attention = Attention(spec, layer, causal, explicit, recompute)
         if layer.cross:
             self.cross_attention_norm = make_norm(spec)
-            self.cross_attention = CrossAttention(spec, explicit)
+            self.cross_attention = CrossAttention(spec, explicit, recompute)
         self.mlp_norm = make_norm(spec)
         if layer.moe:
             self.moe = MoE(spec)
         else:
             self.mlp = MLP(spec, spec.d_ff)
 
-    def _sublayers(self, context: int, bias, memory, src_len: int):
-        yield self.attention_norm, lambda h: self.attention(h, context, bias)
+    def _sublayers(self, context: int, bias, memory, src_len: int, rope=None):
+        yield self.attention_norm, lambda h: self.attention(h, context, bias, rope)
         if hasattr(self, "cross_attention"):
             yield self.cross_attention_norm, lambda h: self.cross_attention(h, memory, src_len)
         yield self.mlp_norm, self.moe if hasattr(self, "moe") else self.mlp
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
-                memory: torch.Tensor | None = None, src_len: int = 0) -> torch.Tensor:
-        for norm, sublayer in self._sublayers(context, bias, memory, src_len):
+                memory: torch.Tensor | None = None, src_len: int = 0, cos: torch.Tensor | None = None,
+                sin: torch.Tensor | None = None) -> torch.Tensor:
+        """cos, sin: the stack's `rotary_tables` (two tensors, not a tuple: a checkpoint of the block saves
+        its tensor arguments)."""
+        rope = None if cos is None else (cos, sin)
+        for norm, sublayer in self._sublayers(context, bias, memory, src_len, rope):
             x = x + sublayer(norm(x)) if self.pre_norm else norm(x + sublayer(x))
         return x
 
@@ -299,21 +449,29 @@ class RelativeBias(nn.Module):
 class StackModule(nn.Module):
     """One stack: its embedding, its blocks in order, its final norm."""
 
-    def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool):
+    def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool,
+                 recompute: str = "none"):
         super().__init__()
         self.embedding = Embedding(spec, own_token_table)
         self.relative_bias = RelativeBias(spec) if spec.positions == "relative" else None
-        self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit)
+        self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit, recompute)
                                     for i in range(stack.n_layers))
         self.final_norm = make_norm(spec) if spec.final_norm else None
+        self.d_head = spec.d_head if spec.positions == "rotary" else None
+        self.recompute_blocks = recompute == "full"
 
     def forward(self, tokens: torch.Tensor, token_types=None, context: int = 0, table=None, memory=None,
                 src_len: int = 0) -> torch.Tensor:
         x = self.embedding(tokens, token_types, context, table)
         N = tokens.shape[1]
         bias = None if self.relative_bias is None else self.relative_bias(N, context + N, tokens.device)
+        rope = (None, None) if self.d_head is None else rotary_tables(context, N, self.d_head, x.device, x.dtype)
         for block in self.blocks:
-            x = block(x, context, bias, memory, src_len)
+            if self.recompute_blocks and torch.is_grad_enabled():  # full recomputation: the block's input kept
+                x = checkpoint(block, x, context, bias, memory, src_len, *rope, use_reentrant=False,
+                               preserve_rng_state=False)
+            else:
+                x = block(x, context, bias, memory, src_len, *rope)
         return self.final_norm(x) if self.final_norm is not None else x
 
 
@@ -324,21 +482,27 @@ class Transformer(nn.Module):
     the hidden states [B, N, D] without an LM head) and, with a pooler, also the pooled output [B, D].
 
     A one-stack model keeps the flat layout (`embedding`, `blocks`, `final_norm`); an encoder-decoder has
-    `embedding.token` (shared), `encoder` and `decoder` stacks."""
+    `embedding.token` (shared), `encoder` and `decoder` stacks.
 
-    def __init__(self, spec: ModelSpec, workload: Workload | None = None, explicit_attention: bool = False):
+    `recompute` (what a train step recomputes in backward instead of keeping): "none", "selective" (each
+    attention core under torch.utils.checkpoint) or "full" (each block)."""
+
+    def __init__(self, spec: ModelSpec, workload: Workload | None = None, explicit_attention: bool = False,
+                 recompute: str = "none"):
         super().__init__()
-        self.spec, self.workload = spec, workload or default_workload(spec)
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
+        self.spec, self.workload, self.recompute = spec, workload or default_workload(spec), recompute
         all_stacks = stacks(spec)
         if spec.is_encoder_decoder:
             shared = spec.shared_embeddings
             self.embedding = nn.Module()
             self.embedding.token = nn.Embedding(spec.vocab_size, spec.d_model) if shared else None
-            self.encoder = StackModule(spec, all_stacks[0], explicit_attention, not shared)
-            self.decoder = StackModule(spec, all_stacks[1], explicit_attention, not shared)
+            self.encoder = StackModule(spec, all_stacks[0], explicit_attention, not shared, recompute)
+            self.decoder = StackModule(spec, all_stacks[1], explicit_attention, not shared, recompute)
             token_table = self.embedding.token if shared else self.decoder.embedding.token
         else:
-            stack = StackModule(spec, all_stacks[0], explicit_attention, True)
+            stack = StackModule(spec, all_stacks[0], explicit_attention, True, recompute)
             self.embedding, self.blocks, self.final_norm = stack.embedding, stack.blocks, stack.final_norm
             self.relative_bias = stack.relative_bias
             self._stack = [stack]  # not registered: its modules are this model's own
@@ -359,18 +523,21 @@ class Transformer(nn.Module):
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
         if self.pooler is None:
             return out
-        return out, torch.tanh(self.pooler(x[:, 0]))
+        # the first token copied: a view would keep the whole [B, N, D] output alive for the pooler's backward
+        return out, torch.tanh(self.pooler(x[:, 0].contiguous()))
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
-                explicit_attention: bool = False, workload: Workload | None = None) -> Transformer:
+                explicit_attention: bool = False, workload: Workload | None = None,
+                recompute: str = "none") -> Transformer:
     """The reference model, its parameters created directly on `device` and in `dtype` (on meta, nothing is
-    allocated). Built in fp32 and then cast, a bf16 model would briefly hold both copies: 1.5x its weights."""
+    allocated). Built in fp32 and then cast, a bf16 model would briefly hold both copies: 1.5x its weights.
+    `recompute`: see `Transformer`."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = Transformer(spec, workload, explicit_attention)
+            model = Transformer(spec, workload, explicit_attention, recompute)
     finally:
         torch.set_default_dtype(previous)
     return model
