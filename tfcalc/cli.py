@@ -529,11 +529,33 @@ TrainOpt = Annotated[bool, typer.Option("--train", help="Also count forward + ba
 def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
               phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
               tgt_len: TgtLenOpt = None, device: DeviceOpt = "meta", train: TrainOpt = False,
+              memory: Annotated[bool, typer.Option("--memory", rich_help_panel=_TRAINING, help=(
+                  "Hold the training-memory plan against torch's MemTracker on the reference model's train step "
+                  "(on meta: FakeTensorMode, nothing allocated), and on cuda against max_memory_allocated."))]
+              = False,
+              precision: Annotated[Optional[str], _training_opt("--precision", (
+                  "With --memory: fp32, bf16-mixed (default), fp16-mixed, bf16."))] = None,
+              optimizer: Annotated[Optional[str], _training_opt("--optimizer", (
+                  "With --memory: adamw (default) or sgd (adam8bit cannot be measured)."))] = None,
+              recompute: Annotated[Optional[str], _training_opt("--recompute", (
+                  "With --memory: none (default), selective or full."))] = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
-    """Hold the counts against FlopCounterMode and fvcore on the real PyTorch model, built for the workload.
+    """Hold the counts against FlopCounterMode and fvcore on the real PyTorch model, built for the workload;
+    with --memory, the training memory against torch's MemTracker.
 
     With a context (prefill, decode) the model keeps a KV cache. Exit code 0 when every row matches, 1 on a
     mismatch, 2 on bad input."""
+    given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute))
+             if v is not None]
+    if given and not memory:
+        raise TfcalcError(f"{given[0]}: a training-memory flag; add --memory")
+    if memory and (train or (phase is not None and phase is not Phase.train) or context is not None):
+        what = "--train" if train else ("--context" if context is not None else f"--phase {phase.value}")
+        raise TfcalcError(f"{what}: --memory checks a train step (drop one)")
+    if memory:
+        _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
+                      recompute, fmt, as_json)
+        return
     import_torch()
     from .verify import check
 
@@ -553,6 +575,43 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     else:
         _print_tables(render.check_tables(report), fmt, render.check_lines(report))
         typer.echo("\n" + render.check_verdict(report))
+    if not report.match:
+        raise typer.Exit(1)
+
+
+def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer, recompute,
+                  fmt, as_json) -> None:
+    from .plan.training import OPTIMIZERS, PRECISIONS, RECOMPUTE
+
+    model_spec, _ = resolve(preset, spec, overrides, hf_config)
+    workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
+    precision, optimizer, recompute = precision or "bf16-mixed", optimizer or "adamw", recompute or "none"
+    for name, value, allowed in (("precision", precision, PRECISIONS), ("optimizer", optimizer, OPTIMIZERS),
+                                 ("recompute", recompute, RECOMPUTE)):
+        if value not in allowed:
+            raise TfcalcError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
+    if optimizer == "adam8bit":
+        raise TfcalcError("optimizer='adam8bit': bitsandbytes' 8-bit Adam cannot be measured here (adamw or sgd)")
+    import_torch()
+    from .verify.checker import DEVICES
+    from .verify.memory_check import check_memory
+
+    if device.split(":")[0] not in DEVICES:
+        raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (or cuda:N)")
+    report = check_memory(model_spec, workload, precision, optimizer, recompute, device)
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json(report.to_dict()))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["category", "analytic", "measured", "difference", "tolerance", "match"],
+                                 [[r.category, r.analytic, r.measured, r.difference, r.tolerance, r.match]
+                                  for r in report.rows]), nl=False)
+    else:
+        lines = [f"{model_spec.label}: {render.describe(model_spec)}",
+                 f"workload: {render.describe_workload(workload)}", f"device: {report.device}",
+                 f"measured in {report.seconds:.1f} s"] + [f"note: {n}" for n in report.notes]
+        _print_tables([render.memory_check_table(report)], fmt, lines)
+        typer.echo("\n" + ("every category agrees" if report.match else "MISMATCH: see the rows without ✓"))
     if not report.match:
         raise typer.Exit(1)
 

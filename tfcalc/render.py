@@ -787,6 +787,22 @@ def check_tables(report) -> list[Table]:
     return tables
 
 
+def memory_check_table(report) -> Table:
+    """A verify.memory_check.MemoryReport: the plan against MemTracker (and the CUDA allocator), per category."""
+    rows = []
+    for r in report.rows:
+        within = "exact" if r.tolerance == 0 else f"±{r.tolerance:.0%}"
+        rows.append([r.category, exact(r.analytic), exact(r.measured), _mark(r.match),
+                     f"{r.difference:+,}" if r.difference else "0",
+                     "" if r.measured == 0 else f"{r.relative:+.3%}", within, r.note])
+    caption = (f"{report.precision}, {report.optimizer}, recompute {report.recompute}; MemTracker "
+               f"(torch.distributed._tools.mem_tracker) on the reference model's second train step, "
+               f"{report.device}; difference = measured - analytic.")
+    return Table("Training memory: analytic | measured", ["category", "analytic", "measured", "", "difference",
+                 "relative", "tolerance", "note"], rows, caption, right={1, 2, 4, 5}, optional=[7, 5],
+                 label_columns=1)
+
+
 def check_lines(report) -> list[str]:
     spec = report.spec
     lines = [f"{spec.label}: {describe(spec)}", f"workload: {describe_workload(report.workload)}",

@@ -154,7 +154,7 @@ def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: 
         ops.append(Matmul(gate, rows, D, width, weights, bias, active, "column", shares_input=True))
     ops.append(Matmul(down, rows, width, D, weights, bias, active, "row"))  # h: [rows, F] @ W_down: [F, D]
     ops.append(Elementwise(up, "activation", rows * width,
-                           ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0)))
+                           ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0), spec.activation))
     return ops
 
 

@@ -96,12 +96,14 @@ class Norm:
 
 @dataclass(frozen=True, slots=True)
 class Elementwise:
-    """Non-matmul work: `elements` elements at an estimated `flops_each` FLOPs each."""
+    """Non-matmul work: `elements` elements at an estimated `flops_each` FLOPs each. `function`: an activation's
+    (gelu, silu, relu, ...): what it keeps for backward differs (relu its output, the others their input)."""
 
     component: str
     kind: str  # "activation", "gate", "residual", "routing"
     elements: int
     flops_each: int
+    function: str = ""
 
 
 Op = Matmul | AttentionCore | Table | Norm | Elementwise

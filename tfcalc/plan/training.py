@@ -229,8 +229,9 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
             return {}
         split = tp if op.split == "row" else whole
         saved = {"input": part(op.m * op.k * a, split)}
-        if op.component == "head":  # the loss: the fp32 log-softmax of the logits, vocabulary-parallel
-            saved["loss"] = part(op.m * op.n * STAT_BYTES, tp)
+        if op.component == "head":  # the loss: the fp32 log-softmax of the logits (vocabulary-parallel), the
+            # loss value and nll_loss's total weight (fp32 scalars)
+            saved["loss"] = part(op.m * op.n * STAT_BYTES, tp) + 2 * STAT_BYTES
         if op.component == "pooler":  # tanh keeps its output
             saved["input"] *= 2
         return saved
@@ -241,34 +242,39 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
         if recompute == "none":
             saved["probabilities"] = part(op.b * op.h * op.s_q * op.s_k * a, tp)
         return saved
-    if isinstance(op, Elementwise):
-        if op.kind == "activation":  # gated: gate output, act(gate), up output; else the activation's input
-            return {"mlp": part(op.elements * a * (3 if gated else 1), tp)}
-        if op.kind == "routing":
-            return {}
+    if isinstance(op, Elementwise) and op.kind == "activation":
+        # the activation keeps its input (relu: its output, which the next op keeps anyway); gated, the multiply
+        # keeps act(gate) and the up projection's output
+        kept = (0 if op.function == "relu" else 1) + (2 if gated else 0)
+        return {"mlp": part(op.elements * a * kept, tp)} if kept else {}
     return {}
 
 
-def _kind(component: str) -> str:
-    """The figure an activation belongs to in the breakdown: attention, mlp, moe, norms, head."""
-    if component in ("head", "pooler"):
-        return "head"
-    last = component.split("/")
-    for part in last:
-        if part in ("attention", "cross_attention"):
-            return "attention"
-        if part in ("mlp", "moe"):
-            return "mlp"
-    return "other"
+def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout) -> int:
+    """What routing keeps, for t tokens to k of E experts of width D: the router's softmax (t E), the top-k
+    indices (int64) and values and their sum, each expert's token and slot indices (2 int64 per pair), the routing
+    weight per pair, and each expert's output (kept by the multiply by its weight): whole on every
+    tensor-parallel GPU unless sequence-parallel."""
+    t, E, pairs, D = router.m, router.n, experts.m, experts.k
+    whole = layout.tp if layout.sp and layout.tp > 1 else 1
+    kept = t * E * a + pairs * 8 + pairs * a + t * a + 2 * pairs * 8 + pairs * a + pairs * D * a
+    return _ceil(kept, whole * layout.cp)
 
 
 def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout) -> dict[str, int]:
     """Per component, the bytes one instance of `ops` keeps for backward (one microbatch)."""
     out: dict[str, int] = {}
     gated = False  # a gate beside the up projection since the last activation
+    router = None
     for op in ops:
         gated = gated or isinstance(op, Matmul) and op.shares_input
         saved = _saved(op, gated, a, recompute, layout)
+        if isinstance(op, Matmul) and op.component.endswith("moe/router"):
+            router = op
+        elif router is not None and isinstance(op, Matmul) and op.active is not None:
+            name = router.component[: -len("router")] + "routing"
+            out[name] = out.get(name, 0) + _routing(router, op, a, layout)
+            router = None
         if isinstance(op, Elementwise) and op.kind == "activation":
             gated = False
         if saved:
@@ -288,9 +294,30 @@ class _Part:
     ops: tuple[Op, ...]
     repeat: int
     block: bool  # a transformer block (recomputed under `full`)
+    # kept once for the stack, not per op: (what, elements, bytes each; 0 = the activation dtype's)
+    extras: tuple[tuple[str, int, int], ...] = ()
 
 
-def _stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[_Part]]:
+def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tuple[str, int, int], ...],
+                                                                        tuple[str, int, int] | None]:
+    """What a stack keeps once per step whatever its depth: learned positions' ids (int64; the lookup keeps its
+    indices), T5's relative-position bucket ids (int64, s_q x s_k) and, when attention is recomputed, the bias
+    itself (H x s_q x s_k: an input of every recomputed core or block), and the rotary cos and sin tables
+    (computed once per stack and shared by its blocks; kept on every pipeline stage that holds some of them)."""
+    s = ctx.s
+    name = ctx.name
+    embedding: list[tuple[str, int, int]] = []
+    if spec.positions == "learned":
+        embedding.append((name("embedding/position ids"), s, 8))
+    if spec.positions == "relative":
+        embedding.append((name("attention/relative bucket ids"), s * ctx.keys, 8))
+        if recompute != "none":
+            embedding.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
+    rotary = (name("attention/rotary tables"), 2 * s * spec.d_head, 0) if spec.positions == "rotary" else None
+    return tuple(embedding), rotary
+
+
+def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> list[list[_Part]]:
     """The parts of the model on each pipeline stage: contiguous blocks, split as evenly as can be."""
     all_stacks = stacks(spec)
     total = sum(s.n_layers for s in all_stacks)
@@ -311,10 +338,13 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[_Part]]:
     offset = 0
     for st in all_stacks:
         ctx = Ctx(spec, workload, st)
-        parts[stage(offset)].append(_Part(tuple(BUILDERS["embedding"](ctx)), 1, False))
+        extras, rotary = _stack_extras(spec, ctx, recompute)
+        parts[stage(offset)].append(_Part(tuple(BUILDERS["embedding"](ctx)), 1, False, extras))
         for s in range(pp):
             lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, st.n_layers)
             if lo < hi:
+                if rotary is not None:
+                    parts[s].append(_Part((), 1, False, (rotary,)))
                 for layer, repeat in st.distinct(lo, hi).items():
                     parts[s].append(_Part(tuple(block(Ctx(spec, workload, st, layer))), repeat, True))
         parts[stage(offset + st.n_layers - 1)].append(_Part(tuple(BUILDERS["final_norm"](ctx)), 1, False))
@@ -335,7 +365,7 @@ class StageMemory:
     activation_components: dict[str, int]  # one microbatch, per component
     microbatches: int  # in flight (1F1B)
     transient: int  # the backward's largest extra at once (estimate)
-    transient_step: int  # the optimizer step's extra
+    transient_step: int  # the end of backward's (a tied table's gradients summed) or the step's extra
 
     @property
     def peak(self) -> int:
@@ -452,10 +482,14 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                      for op in part.ops if isinstance(op, AttentionCore)), default=0))
         for k, v in kept.items():
             per_mb[k] = per_mb.get(k, 0) + v * part.repeat
+        for what, elements, size in part.extras:
+            per_mb[what] = per_mb.get(what, 0) + _ceil(elements * (size or a), layout.cp)
         if part.block:
             gather = max(gather, block_params * recipe.weights)
     if cross_input:
         per_mb["encoder output"] = cross_input
+    if last and not spec.lm_head:  # a bare encoder's loss: a scalar
+        per_mb["loss"] = STAT_BYTES
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     shard = layout.dp * layout.cp
@@ -475,7 +509,12 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                 None)
     loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * (STAT_BYTES + a)
     transient = recompute_extra + loss_grad + (2 * gather if layout.zero >= 3 else 0)
-    step = largest_tensor * 4 if recipe.master else 0
+    # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
+    # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
+    tied = next((op for part in parts for op in part.ops if isinstance(op, Table) and op.kind == "token"), None)
+    shared = tied is not None and head is not None and head.weights == 0
+    step = max(largest_tensor * 4 if recipe.master else 0,
+               2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
     return StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step)
 
 
@@ -528,9 +567,9 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
           cache: dict) -> TrainingMemory:
-    key = layout.pp
+    key = layout.pp, recompute
     if key not in cache:
-        cache[key] = _stages(spec, workload, layout.pp)
+        cache[key] = _stages(spec, workload, layout.pp, recompute)
     all_parts = cache[key]
     stages = [_stage_memory(i, parts, spec, recipe, optimizer, recompute, layout, i == layout.pp - 1)
               for i, parts in enumerate(all_parts)]

@@ -1,0 +1,65 @@
+"""`tfcalc check --memory`: the training-memory plan against torch's MemTracker on the reference model's train step
+(FakeTensorMode: nothing allocated). Model states agree to the byte; so do the activations kept for backward,
+for every block kind built so far; the peak, an estimate, within 10%."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tfcalc import Workload, load_preset
+from tfcalc.cli import app
+from tfcalc.verify.memory_check import check_memory
+
+runner = CliRunner()
+
+SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense/gated/ReLU, MoE, enc-dec, post-norm
+    "gpt2": dict(n_layers=2),
+    "llama2-7b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=2, d_ff=512, vocab_size=1000),
+    "mixtral-8x7b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=2, d_ff=512, vocab_size=1000),
+    "t5-small": dict(n_layers=2, n_encoder_layers=2, vocab_size=1000),
+    "bart-base": dict(n_layers=2, n_encoder_layers=2, vocab_size=1000),
+    "bert-base": dict(n_layers=2, vocab_size=1000),
+}
+
+
+def small(name: str):
+    spec = load_preset(name).replace(seq_len=32, **SMALL[name])
+    return spec, Workload(seq_len=32, batch_size=2, src_len=32 if spec.is_encoder_decoder else None)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("name", list(SMALL))
+def test_every_category_agrees(name, recompute):
+    spec, w = small(name)
+    report = check_memory(spec, w, "bf16-mixed", "adamw", recompute, "meta")
+    rows = {r.category: r for r in report.rows}
+    for category in ("weights", "gradients", "optimizer states", "master weights",
+                     "activations (end of forward)"):
+        assert rows[category].difference == 0, (category, rows[category])
+    assert rows["peak (MemTracker)"].match and report.match
+
+
+@pytest.mark.parametrize("precision, optimizer", [("fp32", "sgd"), ("bf16", "adamw"), ("fp16-mixed", "sgd")])
+def test_other_recipes(precision, optimizer):
+    spec, w = small("llama2-7b")
+    report = check_memory(spec, w, precision, optimizer, "selective", "meta")
+    assert all(r.difference == 0 for r in report.rows if not r.category.startswith("peak")), report.rows
+    assert report.match
+
+
+def test_cli(tmp_path):
+    args = ["check", "-p", "gpt2", "-L", "2", "-N", "32", "-B", "2", "--memory"]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["match"] and {row["category"] for row in data["rows"]} >= {"weights", "activations (end of forward)"}
+    r = runner.invoke(app, [*args, "--recompute", "full"])
+    assert r.exit_code == 0 and "every category agrees" in r.output
+    for extra, message in ((["--optimizer", "adam8bit"], "cannot be measured"),
+                           (["--precision", "fp8"], "precision='fp8'"),
+                           (["--train"], "--train: --memory checks a train step")):
+        r = runner.invoke(app, [*args, *extra])
+        assert r.exit_code == 2 and message in r.output, (extra, r.output)
+    r = runner.invoke(app, ["check", "-p", "gpt2", "--precision", "fp32"])
+    assert r.exit_code == 2 and "add --memory" in r.output

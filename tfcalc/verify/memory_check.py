@@ -1,0 +1,102 @@
+"""`tfcalc check --memory`: the training-memory plan (`tfcalc.plan.training`) held against torch's own MemTracker
+on the reference model (`tfcalc.verify.memory`), category by category, and on CUDA against
+`torch.cuda.max_memory_allocated`.
+
+Parameters, gradients, optimizer states and master weights must agree to the byte; the activations kept for
+backward within 5% (for every block kind built so far they agree to the byte: the tests hold them to it); the
+peak, an estimate, within 10%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..arch import Workload
+from ..plan.training import training_memory
+from ..spec import ModelSpec
+
+DEVICES = {"meta": "fake", "cpu": "cpu", "cuda": "cuda"}
+ACTIVATION_TOLERANCE = 0.05
+PEAK_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    category: str
+    analytic: int
+    measured: int
+    tolerance: float  # 0: exact
+    note: str = ""
+
+    @property
+    def difference(self) -> int:
+        return self.measured - self.analytic
+
+    @property
+    def relative(self) -> float:
+        return self.difference / self.measured if self.measured else float(self.difference != 0)
+
+    @property
+    def match(self) -> bool:
+        if self.tolerance == 0:
+            return self.difference == 0
+        return abs(self.relative) <= self.tolerance
+
+    def to_dict(self) -> dict:
+        return {"category": self.category, "analytic": self.analytic, "measured": self.measured,
+                "difference": self.difference, "tolerance": self.tolerance, "match": self.match,
+                "note": self.note}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    spec: ModelSpec
+    workload: Workload
+    precision: str
+    optimizer: str
+    recompute: str
+    device: str
+    rows: tuple[MemoryRow, ...]
+    seconds: float
+    notes: tuple[str, ...]
+
+    @property
+    def match(self) -> bool:
+        return all(r.match for r in self.rows)
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec.model_dump(), "workload": self.workload.model_dump(),
+                "precision": self.precision, "optimizer": self.optimizer, "recompute": self.recompute,
+                "device": self.device, "rows": [r.to_dict() for r in self.rows], "match": self.match,
+                "seconds": self.seconds, "notes": list(self.notes)}
+
+
+def _activation_note(difference: int) -> str:
+    return "" if difference == 0 else f"{difference:+,} B the plan does not model"
+
+
+def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
+                 recompute: str = "none", device: str = "meta") -> MemoryReport:
+    """The plan's per-category bytes against MemTracker's on the reference model's train step (one GPU)."""
+    from .memory import measure_training_memory
+
+    plan = training_memory(spec, workload, precision, optimizer, recompute)
+    measured = measure_training_memory(spec, plan.workload, precision, optimizer, recompute,
+                                       DEVICES.get(str(device).split(":")[0], device))
+    rows = [
+        MemoryRow("weights", plan.weights, measured.parameters, 0),
+        MemoryRow("gradients", plan.gradients, measured.gradients, 0),
+        MemoryRow("optimizer states", plan.optimizer_states, measured.optimizer_states, 0,
+                  "AdamW's step counters included" if optimizer == "adamw" else ""),
+        MemoryRow("master weights", plan.master_weights, measured.master_weights, 0),
+        MemoryRow("activations (end of forward)", plan.activations, measured.activations_end_of_forward,
+                  ACTIVATION_TOLERANCE, _activation_note(measured.activations_end_of_forward - plan.activations)),
+        MemoryRow("peak (MemTracker)", plan.peak, measured.peak_total, PEAK_TOLERANCE,
+                  f"at {measured.peak_at}; the plan's peak is an estimate"),
+    ]
+    if measured.cuda_max_allocated is not None:
+        rows.append(MemoryRow("peak (torch.cuda.max_memory_allocated)", plan.peak, measured.cuda_max_allocated,
+                              PEAK_TOLERANCE, "the caching allocator rounds every block up to 512 B and "
+                              "holds cuBLAS workspaces and the inputs"))
+    return MemoryReport(spec, plan.workload, precision, optimizer, recompute, measured.device, tuple(rows),
+                        measured.seconds, tuple(measured.notes))
