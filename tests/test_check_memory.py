@@ -63,3 +63,12 @@ def test_cli(tmp_path):
         assert r.exit_code == 2 and message in r.output, (extra, r.output)
     r = runner.invoke(app, ["check", "-p", "gpt2", "--precision", "fp32"])
     assert r.exit_code == 2 and "add --memory" in r.output
+
+
+def test_exact_rows_allow_cudas_512_byte_blocks_and_nothing_else():
+    from tfcalc.verify.memory_check import MemoryRow
+
+    # 148 AdamW step counters of 4 B each take 512 B each on CUDA: 148 x 508 = 75,184 B over the plan
+    assert MemoryRow("optimizer states", 995_519_056, 995_519_056 + 148 * 508, 0, slack=511 * 3 * 148).match
+    assert not MemoryRow("optimizer states", 995_519_056, 995_519_056 + 148 * 508, 0).match  # not off CUDA
+    assert not MemoryRow("weights", 100, 99, 0, slack=511).match  # under the plan is never rounding

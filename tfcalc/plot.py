@@ -570,7 +570,12 @@ def profile_times(results: list):
     ax.plot(xs, [r.predicted_by_shape_s * 1000 for r in results], color="C1", linestyle=":", marker=".",
             linewidth=1.0, label="predicted: each matmul at its shape's rate", gid="predicted_by_shape")
     if log:
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
     ax.set_ylabel("time per step (ms)")
     r0 = results[0]
     model = (r0.spec.name or "model").split(" (")[0]

@@ -791,7 +791,7 @@ def memory_check_table(report) -> Table:
     """A verify.memory_check.MemoryReport: the plan against MemTracker (and the CUDA allocator), per category."""
     rows = []
     for r in report.rows:
-        within = "exact" if r.tolerance == 0 else f"±{r.tolerance:.0%}"
+        within = (f"exact (+{r.slack:,} B)" if r.slack else "exact") if r.tolerance == 0 else f"±{r.tolerance:.0%}"
         rows.append([r.category, exact(r.analytic), exact(r.measured), _mark(r.match),
                      f"{r.difference:+,}" if r.difference else "0",
                      "" if r.measured == 0 else f"{r.relative:+.3%}", within, r.note])

@@ -366,6 +366,7 @@ class StageMemory:
     microbatches: int  # in flight (1F1B)
     transient: int  # the backward's largest extra at once (estimate)
     transient_step: int  # the end of backward's (a tied table's gradients summed) or the step's extra
+    tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
 
     @property
     def peak(self) -> int:
@@ -515,7 +516,8 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     shared = tied is not None and head is not None and head.weights == 0
     step = max(largest_tensor * 4 if recipe.master else 0,
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
-    return StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step)
+    tensors = sum(r for _, _, r in weights_numel)
+    return StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors)
 
 
 def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: Layout,
