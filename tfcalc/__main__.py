@@ -4,6 +4,7 @@ import atexit
 import errno
 import gc
 import os
+import signal
 import sys
 
 # The commands that never import torch: short processes that must start fast (benchmarks/startup.py).
@@ -45,6 +46,9 @@ def main() -> None:
         # -2), even when it was handled: leave with the documented code, the output flushed
         sys.stderr.flush()
         os._exit(code)
+    # The work is done and written: a Ctrl-C from here on would raise inside the interpreter's exit handlers (torch
+    # registers some), which print a traceback; let it end the process as the signal does (the shell shows 130)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     sys.exit(code)
 
 
