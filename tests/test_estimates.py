@@ -67,3 +67,17 @@ def test_a_ratio_past_a_floats_range_is_shown_not_raised():
     out = CliRunner().invoke(app, ["count", "-L", "2", "-d", "32", "-H", "4", "-V", "50", "-N", "8",
                                    "--max-positions", "8", "--n-token-types", str(big)])
     assert out.exit_code == 0 and "Traceback" not in out.output
+
+
+def test_crossover_is_the_architectures_whatever_the_length_and_remembered_per_architecture():
+    # per token, llama2-7b's MLP is 3 x 2 D F FLOPs, attention's projections 8 D^2 and its scores and values
+    # 4 D N: attention >= MLP from N = (6 D F - 8 D^2) / 4 D = (6 F - 8 D) / 4 = 8,320, at any seq_len or batch;
+    # a list field (attention_pattern) works too
+    spec = load_preset("llama2-7b")
+    assert {count(spec.replace(seq_len=n, batch_size=b)).crossover.seq_len for n in (1, 4096) for b in (1, 8)} \
+        == {(6 * 11008 - 8 * 4096 + 3) // 4}
+    windowed = ModelSpec(n_layers=4, d_model=64, n_heads=4, vocab_size=100, seq_len=16, positions="rotary",
+                         sliding_window=8, attention_pattern=["local", "global"])
+    assert count(windowed).crossover.seq_len == count(windowed.replace(seq_len=8)).crossover.seq_len
+    # a different architecture is not served from the memory of another
+    assert count(spec.replace(d_ff=2 * 11008)).crossover.seq_len == (6 * 2 * 11008 - 8 * 4096 + 3) // 4

@@ -95,17 +95,36 @@ def _families(forward: Breakdown) -> tuple[int, int, int]:
     return sums["linear"], sums["quadratic"], sums["mlp"]
 
 
-def crossover(spec: ModelSpec, forward: Breakdown) -> Crossover:
-    """Per sequence of N tokens (and, in an encoder-decoder, N source tokens): attention(N) = a N + b N^2 and
-    MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
-    sequence at N = 1 and N = 2; the shares are those of `forward`, the workload counted."""
+_COEFFICIENTS: dict[tuple, tuple[int, int, int]] = {}
+
+
+def _coefficients(spec: ModelSpec) -> tuple[int, int, int]:
+    """(a, b, m): attention's linear and quadratic FLOPs per sequence and the MLP's, per token; remembered per
+    architecture (every field but the spec's own length, batch and name), so that a sweep computes them once."""
+    key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in spec.__dict__.items()
+                if k not in ("seq_len", "batch_size", "name"))
+    if key not in _COEFFICIENTS:
+        if len(_COEFFICIENTS) >= 256:
+            _COEFFICIENTS.clear()
+        _COEFFICIENTS[key] = _measure(spec)
+    return _COEFFICIENTS[key]
+
+
+def _measure(spec: ModelSpec) -> tuple[int, int, int]:
     def at(n: int) -> tuple[int, int, int]:
         workload = Workload(seq_len=n, src_len=n if spec.is_encoder_decoder else None)
         return _families(forward_flops(build(spec, workload)))
 
     (lin1, quad1, m), (lin2, quad2, m2) = at(1), at(2)
-    a, b = lin1, quad1
-    assert lin2 == 2 * a and quad2 == 4 * b and m2 == 2 * m, "attention is a N + b N^2, the MLP m N"
+    assert lin2 == 2 * lin1 and quad2 == 4 * quad1 and m2 == 2 * m, "attention is a N + b N^2, the MLP m N"
+    return lin1, quad1, m
+
+
+def crossover(spec: ModelSpec, forward: Breakdown) -> Crossover:
+    """Per sequence of N tokens (and, in an encoder-decoder, N source tokens): attention(N) = a N + b N^2 and
+    MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
+    sequence at N = 1 and N = 2; the shares are those of `forward`, the workload counted."""
+    a, b, m = _coefficients(spec)
     n_cross = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
     linear_attention, quadratic, mlp = _families(forward)
     block = linear_attention + quadratic + mlp
