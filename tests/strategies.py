@@ -7,7 +7,9 @@ from tfcalc import ModelSpec, Workload
 
 @st.composite
 def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, max_seq: int = 12,
-          moe: bool | None = None, encoder_decoder: bool | None = None) -> ModelSpec:
+          moe: bool | None = None, encoder_decoder: bool | None = None, qk_and_sandwich_norms: bool = False) -> ModelSpec:
+    """`qk_and_sandwich_norms`: also draw qk_norm and the sandwich and output norm positions (their reference
+    modules need tfcalc.verify.components' rules for `attention.q_norm` and `*_post_norm` before `check` maps them)."""
     n_kv_heads = draw(st.integers(1, max_heads))
     n_heads = n_kv_heads * draw(st.integers(1, max(1, max_heads // n_kv_heads)))
     d_head = draw(st.integers(1, max_d_head))
@@ -29,6 +31,10 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         tie_embeddings=draw(st.booleans()), lm_head=draw(st.booleans()), positions=positions,
         embedding_norm=draw(st.booleans()), causal=True,
     )
+    if qk_and_sandwich_norms:
+        fields["norm_position"] = draw(st.sampled_from(["pre", "post", "sandwich", "output"]))
+        if not is_encdec:
+            fields["qk_norm"] = draw(st.sampled_from(["none", "head", "full"]))
     if is_encdec:
         fields |= dict(n_encoder_layers=draw(st.integers(1, max_layers)), shared_embeddings=draw(st.booleans()))
     else:

@@ -20,6 +20,12 @@ SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense
     "t5-small": dict(n_layers=2, n_encoder_layers=2, vocab_size=1000),
     "bart-base": dict(n_layers=2, n_encoder_layers=2, vocab_size=1000),
     "bert-base": dict(n_layers=2, vocab_size=1000),
+    # q/k norms per head (Qwen3), sandwich norms with local/global blocks (Gemma 2), output norms and q/k norms over
+    # all heads (OLMo 2)
+    "qwen3-8b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=2, d_head=48, d_ff=512, vocab_size=1000),
+    "gemma2-9b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=4, d_head=48, d_ff=512, vocab_size=1000,
+                      sliding_window=16),
+    "olmo2-7b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=4, d_ff=512, vocab_size=1000),
 }
 
 

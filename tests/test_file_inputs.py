@@ -293,18 +293,33 @@ BASE = {
     "phi3": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    "qwen3": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                  use_sliding_window=True, sliding_window=8, max_window_layers=2, tie_word_embeddings=False),
+    "qwen3_moe": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=96, max_position_embeddings=32, vocab_size=100, num_experts=4,
+                      num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[0]),
+    "olmo2": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True),
+    "gemma2": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                   intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
+                   query_pre_attn_scalar=24, final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
+    "gemma3_text": dict(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=24, intermediate_size=96, max_position_embeddings=32, vocab_size=100,
+                        sliding_window=8, sliding_window_pattern=3, query_pre_attn_scalar=24),
 }
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
 ACCEPTS = {
-    "bool": lambda v: type(v) is bool,
+    "bool": lambda v: type(v) is bool, "bool?": lambda v: v is None or type(v) is bool,
     "int": lambda v: type(v) is int, "size": lambda v: type(v) is int, "count": lambda v: type(v) is int,
     "int?": lambda v: v is None or type(v) is int, "size?": lambda v: v is None or type(v) is int,
     "str": lambda v: type(v) is str, "str?": lambda v: v is None or type(v) is str,
     "integers?": lambda v: v is None or type(v) is list and all(type(x) is int for x in v),
     "strings?": lambda v: v is None or type(v) is list and all(type(x) is str for x in v),
     "object?": lambda v: v is None or type(v) is dict,
+    "float?": lambda v: v is None or type(v) is float,
 }
 WRONG = [None, True, False, 0, 1, 4096.7, 4096.0, "false", "true", "4096", "", ["gpt2"], [1], ["a"], {"a": 1},
          float("nan"), 10**30]
@@ -364,7 +379,9 @@ def test_types_are_the_ones_transformers_declares(model_type):
 EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "size": "an integer",
                    "count": "an integer", "int?": "an integer or null", "size?": "an integer or null",
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
-                   "integers?": "a list of integers or null", "object?": "an object or null"}
+                   "integers?": "a list of integers or null", "object?": "an object or null",
+                   "float?": "a float (50.0, not 50) or null",
+                   "bool?": "a boolean (true or false) or null"}
 RANGE_PHRASE = {"size": "a positive integer", "size?": "a positive integer or null", "count": "an integer >= 0"}
 LOWEST = {"size": 1, "size?": 1, "count": 0}
 
@@ -517,13 +534,15 @@ OWN_TYPE = {
     "integers?": st.none() | st.lists(_sizes, max_size=4),
     "strings?": st.none() | st.lists(_names, min_size=4, max_size=4) | st.lists(_names, max_size=5),
     "object?": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+    "bool?": st.none() | st.booleans(), "float?": st.none() | st.floats(1, 100),
 }
 
 # transformers' own validation is the oracle when tfcalc reads a config, except for fields it does not type
 # (transformers 5 dropped them, reads them with getattr, or T5 pops tie_word_embeddings from its kwargs untyped), and
 # where tfcalc takes null as transformers 4 did (LENIENT)
 NOT_TYPED_BY_TRANSFORMERS = {"_name_or_path", "position_embedding_type", "rope_scaling", "rope_parameters"}
-UNTYPED_HERE = {("t5", "tie_word_embeddings"), ("qwen2", "head_dim"), ("qwen2_moe", "head_dim")}
+UNTYPED_HERE = {("t5", "tie_word_embeddings"), ("qwen2", "head_dim"), ("qwen2_moe", "head_dim"),
+                ("qwen3_moe", "head_dim"), ("olmo2", "head_dim")}
 
 # Fields that land in one ModelSpec field as they are (hf field -> spec field): the value read must be the value
 # given, of the same type, and no other field the config gave may change
@@ -562,6 +581,12 @@ DIRECT |= {
                 vocab_size="vocab_size", enable_bias="bias", tie_word_embeddings="tie_embeddings"),
     "granite": _DECODER_DIRECT | dict(attention_bias="bias", mlp_bias="mlp_bias"),
     "phi3": _DECODER_DIRECT | dict(sliding_window="sliding_window"),
+    "qwen3": _DECODER_DIRECT,
+    "qwen3_moe": _DECODER_DIRECT | dict(num_experts="n_experts", num_experts_per_tok="top_k",
+                                        moe_intermediate_size="d_expert", decoder_sparse_step="moe_every"),
+    "olmo2": _DECODER_DIRECT,
+    "gemma2": _DECODER_DIRECT,
+    "gemma3_text": _DECODER_DIRECT,
 }
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 

@@ -23,7 +23,8 @@ INT_FLAGS = {"-L": "n_layers", "-d": "d_model", "-H": "n_heads", "--d-head": "d_
              "--n-encoder-layers": "n_encoder_layers", "--d-expert": "d_expert"}
 CHOICE_FLAGS = {"--positions": ("positions", ["learned", "rotary", "relative", "none", "alibi"]),
                 "--mlp": ("mlp", ["standard", "gated", "swiglu"]),
-                "--norm-position": ("norm_position", ["pre", "post"]),
+                "--norm-position": ("norm_position", ["pre", "post", "sandwich", "output", "peri"]),
+                "--qk-norm": ("qk_norm", ["none", "head", "full", "layer"]),
                 "--attention-pattern": ("attention_pattern", ["local,global", "local", "global,x", ""])}
 WORKLOAD_FLAGS = {"--phase": st.sampled_from(["train", "prefill", "decode", "serve"]),
                   "--context": SIZE, "--src-len": SIZE, "--tgt-len": SIZE}
@@ -82,7 +83,8 @@ def test_flags_either_count_exactly_or_fail_in_one_line_each(invocation):
     if "-p" in args and not any(field in typed for field in ("max_positions", "n_layers", "d_model", "n_heads",
                                                              "d_head", "d_ff", "vocab_size", "n_kv_heads",
                                                              "positions", "mlp", "n_experts", "d_expert",
-                                                             "n_encoder_layers", "first_dense_layers", "moe_every")):
+                                                             "n_encoder_layers", "first_dense_layers", "moe_every",
+                                                             "norm_position", "qk_norm")):
         # only the workload (and layout-free fields) changed: the parameters are the preset's
         assert d["params"]["total"] == count(load_preset(args[args.index("-p") + 1])).params.total
 

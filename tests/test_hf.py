@@ -23,10 +23,13 @@ MODEL_CLASSES = {
     "gemma": transformers.GemmaForCausalLM, "gpt_bigcode": transformers.GPTBigCodeForCausalLM,
     "roberta": transformers.RobertaModel, "xlm-roberta": transformers.XLMRobertaModel,
     "opt": transformers.OPTForCausalLM, "granite": transformers.GraniteForCausalLM,
-    "phi3": transformers.Phi3ForCausalLM,
+    "phi3": transformers.Phi3ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
+    "qwen3_moe": transformers.Qwen3MoeForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
+    "gemma2": transformers.Gemma2ForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
+    "gemma3": transformers.Gemma3ForConditionalGeneration,
 }
 ENCODER_DECODER = {"t5", "bart"}
-MOE = {"mixtral", "qwen2_moe"}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 
 
 def write(tmp_path, config: dict, name="config.json"):
@@ -113,6 +116,32 @@ def hf_configs(draw, model_type: str) -> dict:
         config |= dict(pad_token_id=0, sliding_window=draw(st.none() | st.integers(1, 8)))
         if "head_dim" not in config and head_dim >= 4 and draw(st.booleans()):
             config["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    if model_type in ("qwen3", "qwen3_moe", "olmo2"):
+        config["attention_bias"] = draw(st.booleans())
+        if model_type == "qwen3" or draw(st.booleans()):  # Qwen3Config always has one (default 128)
+            config["head_dim"] = draw(st.sampled_from([2, 4, 6]))
+    if model_type in ("qwen3", "qwen3_moe") and draw(st.booleans()):
+        config |= dict(use_sliding_window=True, sliding_window=draw(st.integers(1, 8)))
+        if model_type == "qwen3":
+            config["max_window_layers"] = draw(st.integers(0, 2))
+    if model_type == "qwen3_moe":
+        experts = draw(st.integers(2, 4))
+        config |= dict(num_experts=experts, num_experts_per_tok=draw(st.integers(1, experts)),
+                       moe_intermediate_size=draw(st.integers(2, 24)), decoder_sparse_step=draw(st.integers(1, 2)),
+                       mlp_only_layers=draw(st.sampled_from([None, [], [0]])), norm_topk_prob=draw(st.booleans()))
+    if model_type in ("gemma2", "gemma3_text"):  # hidden_activation is what they run; head_dim their own
+        del config["hidden_act"]
+        config |= dict(head_dim=draw(st.sampled_from([2, 4, 6, 8])), attention_bias=draw(st.booleans()),
+                       hidden_activation=draw(st.sampled_from(["gelu_pytorch_tanh", "silu"])),
+                       sliding_window=draw(st.integers(1, 8)), pad_token_id=0,
+                       attn_logit_softcapping=draw(st.sampled_from([None, 50.0])),
+                       final_logit_softcapping=draw(st.sampled_from([None, 30.0])))
+        L = config["num_hidden_layers"]
+        if draw(st.booleans()):
+            config["layer_types"] = draw(st.lists(st.sampled_from(["sliding_attention", "full_attention"]),
+                                                  min_size=L, max_size=L))
+        elif model_type == "gemma3_text" and draw(st.booleans()):
+            config["sliding_window_pattern"] = draw(st.integers(1, 3))
     if model_type in ("mistral", "mixtral"):
         config["sliding_window"] = draw(st.none() | st.integers(1, 8))
     if model_type == "mixtral":
@@ -249,6 +278,65 @@ PUBLISHED |= {
 }
 
 
+def _qwen3(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int) -> dict:
+    return {"model_type": "qwen3", "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
+            "hidden_size": hidden, "intermediate_size": intermediate, "max_position_embeddings": 40960,
+            "max_window_layers": layers, "num_attention_heads": heads, "num_hidden_layers": layers,
+            "num_key_value_heads": kv_heads, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+            "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936}
+
+
+def _gemma2(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+            scalar: int) -> dict:
+    return {"model_type": "gemma2", "attention_bias": False, "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0, "head_dim": head_dim, "hidden_act": "gelu_pytorch_tanh",
+            "hidden_activation": "gelu_pytorch_tanh", "hidden_size": hidden, "intermediate_size": intermediate,
+            "max_position_embeddings": 8192, "num_attention_heads": heads, "num_hidden_layers": layers,
+            "num_key_value_heads": kv_heads, "query_pre_attn_scalar": scalar, "rope_theta": 10000.0,
+            "sliding_window": 4096, "vocab_size": 256000, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+
+
+PUBLISHED |= {
+    "Qwen3-8B": (_qwen3(4096, 12288, 36, 32, 8), "qwen3-8b"),
+    "Qwen3-32B": (_qwen3(5120, 25600, 64, 64, 8), "qwen3-32b"),
+    "Qwen3-235B-A22B": ({"model_type": "qwen3_moe", "attention_bias": False, "decoder_sparse_step": 1,
+                         "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288,
+                         "max_position_embeddings": 40960, "mlp_only_layers": [], "moe_intermediate_size": 1536,
+                         "norm_topk_prob": True, "num_attention_heads": 64, "num_experts": 128,
+                         "num_experts_per_tok": 8, "num_hidden_layers": 94, "num_key_value_heads": 4,
+                         "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None,
+                         "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936},
+                        "qwen3-235b-a22b"),
+    "gemma-2-9b": (_gemma2(3584, 14336, 42, 16, 8, 256, 256), "gemma2-9b"),
+    "gemma-2-27b": (_gemma2(4608, 36864, 46, 32, 16, 128, 144), "gemma2-27b"),
+    # the multimodal config: its text_config is the language model (the vision tower is not counted)
+    "gemma-3-27b-pt": ({"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+        "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024, "sliding_window_pattern": 6},
+        "vision_config": {"model_type": "siglip_vision_model"}}, "gemma3-27b"),
+    "OLMo-2-1124-7B": ({"model_type": "olmo2", "attention_bias": False, "hidden_act": "silu", "hidden_size": 4096,
+                        "intermediate_size": 11008, "max_position_embeddings": 4096, "num_attention_heads": 32,
+                        "num_hidden_layers": 32, "num_key_value_heads": 32, "rope_scaling": None,
+                        "rope_theta": 500000, "tie_word_embeddings": False, "vocab_size": 100352,
+                        "pad_token_id": 100277, "eos_token_id": 100257}, "olmo2-7b"),
+}
+# Totals published beside the model (model cards, the brief's figures), held against the presets
+PUBLISHED_TOTALS = {"qwen3-8b": 8_190_735_360, "gemma2-9b": 9_241_705_984, "gemma2-27b": 27_227_128_320}
+OTHER_TOWERS = ("model.vision_tower.", "model.multi_modal_projector.")  # a multimodal model's, not counted
+
+
+def language_model_params(model) -> int:
+    return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(OTHER_TOWERS))
+
+
+@pytest.mark.parametrize("preset", PUBLISHED_TOTALS)
+def test_presets_equal_published_totals(preset):
+    # Qwen3-8B: 36 * (q 4096*4096 + k, v 2 * 4096*1024 + o 4096*4096 + MLP 3 * 4096*12288 + norms 2*4096 + q/k
+    # norms 2*128) + final norm 4096 + untied token table and head 2 * 151936*4096
+    assert count(load_preset(preset)).params.total == PUBLISHED_TOTALS[preset]
+
+
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_published_configs_agree_with_presets(tmp_path, name):
     config, preset = PUBLISHED[name]
@@ -268,7 +356,7 @@ def test_presets_equal_transformers_built_from_the_published_config(name):
     hf_config = transformers.AutoConfig.for_model(**config)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        n_params = sum(p.numel() for p in MODEL_CLASSES[config["model_type"]](hf_config).parameters())
+        n_params = language_model_params(MODEL_CLASSES[config["model_type"]](hf_config))
     assert count(load_preset(preset)).params.total == n_params
     assert f"{n_params:,}" in find_preset(preset).source  # the source says it
 
@@ -341,11 +429,50 @@ def test_default_seq_len_is_the_context_capped(tmp_path):
         ({"model_type": "gemma", "hidden_act": "gelu_10"}, "hidden_act='gelu_10' is not modelled"),
         ({"model_type": "gemma", "head_dim": None}, "head_dim=None: expected an integer"),
         ({"model_type": "phi3", "sliding_window": "2047"}, "sliding_window='2047': expected an integer or null"),
+        ({"model_type": "qwen3", "head_dim": None}, "head_dim=None: expected an integer"),
+        ({"model_type": "qwen3", "hidden_act": "gelu_10"}, "hidden_act='gelu_10' is not modelled"),
+        ({"model_type": "qwen3_moe", "mlp_only_layers": [1, 3]}, "mlp_only_layers=[1, 3] is not modelled"),
+        ({"model_type": "qwen3_moe", "num_experts": 1}, "num_experts=1 is not modelled"),
+        ({"model_type": "qwen3_moe", "norm_topk_prob": "true"}, "norm_topk_prob='true': expected a boolean"),
+        ({"model_type": "olmo2", "attention_bias": 1}, "attention_bias=1: expected a boolean"),
+        ({"model_type": "gemma2", "hidden_activation": "gelu_10"}, "hidden_activation='gelu_10' is not modelled"),
+        ({"model_type": "gemma2", "use_bidirectional_attention": True},
+         "use_bidirectional_attention=True is not modelled"),
+        ({"model_type": "gemma2", "num_hidden_layers": 2, "layer_types": ["full_attention"]},
+         "layer_types=['full_attention'] is not modelled: expected a list of num_hidden_layers=2 entries"),
+        ({"model_type": "gemma2", "attn_logit_softcapping": 50}, "attn_logit_softcapping=50: expected a float"),
+        ({"model_type": "gemma3_text", "layer_types": ["chunked_attention"] * 26},
+         "entries 'chunked_attention'; known: full_attention, sliding_attention"),
+        ({"model_type": "gemma3", "text_config": [1]}, "text_config=[1]: expected an object or null"),
+        ({"model_type": "gemma3", "text_config": {"model_type": "llama"}},
+         "text_config.model_type='llama': expected 'gemma3_text'"),
     ],
 )
 def test_unmodelled_or_bad_fields_are_refused_by_name(tmp_path, config, message):
     with pytest.raises(TfcalcError, match=message.replace("[", r"\[").replace("]", r"\]")):
         read_hf_config(write(tmp_path, config))
+
+
+@settings(max_examples=4, deadline=None)
+@given(data=st.data())
+def test_gemma3_multimodal_configs_read_their_text_config(tmp_path_factory, data):
+    # Gemma 3's multimodal config: the language model is its text_config (gemma3_text), the head tied by the outer
+    # tie_word_embeddings; the vision tower and projector are not counted
+    text = data.draw(hf_configs("gemma3_text"))
+    tie = text.pop("tie_word_embeddings")
+    config = {"model_type": "gemma3", "text_config": text, "tie_word_embeddings": tie, "mm_tokens_per_image": 4,
+              "vision_config": {"hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                                "num_attention_heads": 2, "image_size": 28, "patch_size": 14}}
+    folder = tmp_path_factory.mktemp("hf")
+    source = read_hf_config(write(folder, config))
+    assert "the vision tower and the multimodal projector are not counted" in source.source
+    alone = read_hf_config(write(folder, text | {"tie_word_embeddings": tie}, "text.json")).spec
+    assert source.spec.replace(name="x") == alone.replace(name="x")
+    hf_config = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.Gemma3ForConditionalGeneration(hf_config)
+    assert count(source.spec).params.total == language_model_params(model)
 
 
 def test_roberta_positions_include_the_padding_offset(tmp_path):

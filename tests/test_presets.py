@@ -13,6 +13,7 @@ EXPECTED = {
     "mixtral-8x7b", "mixtral-8x22b",
     "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "qwen2.5-7b", "qwen2.5-72b",
     "phi3-mini", "phi4", "gemma-2b", "gemma-7b", "starcoder",
+    "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "gemma2-9b", "gemma2-27b", "gemma3-27b", "olmo2-7b",
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
 }
 

@@ -16,7 +16,7 @@ def test_every_preset_has_the_analytic_parameter_count(preset):
 
 
 @settings(max_examples=300)
-@given(specs())
+@given(specs(qk_and_sandwich_norms=True))
 def test_generated_specs_have_the_analytic_parameter_count(spec):
     model = build_model(spec, "meta")
     assert sum(p.numel() for p in model.parameters()) == count(spec).params.total
@@ -27,7 +27,7 @@ def _outputs(out):
 
 
 @settings(max_examples=40)
-@given(specs())
+@given(specs(qk_and_sandwich_norms=True))
 def test_cpu_forward_and_backward(spec):
     torch.manual_seed(0)
     model = build_model(spec, "cpu")

@@ -22,9 +22,12 @@ def assert_all_rows_match(report):
 
 @pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
 def test_every_preset_on_meta(preset):
-    report = check(preset.spec, "meta")
+    spec = preset.spec
+    if spec.n_layers * spec.n_experts > 2_000:  # Qwen3-235B's 12,032 experts take fvcore minutes to trace: its
+        spec = spec.replace(n_layers=8)  # first 8 blocks (all alike) hold every component it has
+    report = check(spec, "meta")
     assert_all_rows_match(report)
-    assert report.to_dict()["forward"]["flop_counter"] == count(preset.spec).flops.forward
+    assert report.to_dict()["forward"]["flop_counter"] == count(spec).flops.forward
 
 
 def test_gpt2_forward_as_published():

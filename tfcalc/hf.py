@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from .errors import TfcalcError, validation_lines
 from .loading import SpecFile, as_path, parse_json, read_text_file
@@ -75,8 +75,34 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
                  num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=4096,
                  tie_word_embeddings=False, sliding_window=None),
+    "qwen3": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, head_dim=128, hidden_act="silu",
+                  max_position_embeddings=32768, tie_word_embeddings=False, attention_bias=False,
+                  use_sliding_window=False, sliding_window=4096, max_window_layers=28, layer_types=None),
+    "qwen3_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+                      num_attention_heads=32, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
+                      tie_word_embeddings=False, attention_bias=False, use_sliding_window=False, sliding_window=4096,
+                      decoder_sparse_step=1, moe_intermediate_size=768, num_experts_per_tok=8, num_experts=128,
+                      norm_topk_prob=False, mlp_only_layers=None),
+    "olmo2": dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
+                  tie_word_embeddings=False, attention_bias=False),
+    "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh",
+                   max_position_embeddings=8192, tie_word_embeddings=True, attention_bias=False,
+                   query_pre_attn_scalar=256, sliding_window=4096, layer_types=None, final_logit_softcapping=30.0,
+                   attn_logit_softcapping=50.0, use_bidirectional_attention=None),
+    "gemma3_text": dict(vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131_072,
+                        tie_word_embeddings=True, attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
+                        layer_types=None, final_logit_softcapping=None, attn_logit_softcapping=None,
+                        use_bidirectional_attention=False),
 }
-SUPPORTED = tuple(DEFAULTS)
+# Multimodal configs whose language model is read from a nested config (its model_type, the field it is in); the
+# other towers (vision) are not counted
+NESTED = {"gemma3": ("gemma3_text", "text_config")}
+SUPPORTED = (*DEFAULTS, *NESTED)
 
 # The JSON type of every field a mapper reads, as transformers' config classes declare it (tests/test_file_inputs.py
 # holds them against those declarations). A value of another type is refused by name, never coerced: JSON "false"
@@ -98,6 +124,12 @@ _GPT2_TYPES = dict(vocab_size="size", n_positions="size", n_embd="size", n_layer
 _BERT_TYPES = dict(vocab_size="size", hidden_size="size", num_hidden_layers="size", num_attention_heads="size",
                    intermediate_size="size", hidden_act="str", max_position_embeddings="size", type_vocab_size="count",
                    is_decoder="bool", add_cross_attention="bool", position_embedding_type="str")
+# Gemma 2 and 3 run hidden_activation (hidden_act, which their published configs also carry, is not read);
+# the kinds are transformers 5's declarations (query_pre_attn_scalar an int, the soft-caps floats or null)
+_GEMMA2_TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
+                                      attention_bias="bool", query_pre_attn_scalar="int", sliding_window="int?",
+                                      layer_types="strings?", final_logit_softcapping="float?",
+                                      attn_logit_softcapping="float?", use_bidirectional_attention="bool?")
 TYPES: dict[str, dict[str, str]] = {
     "gpt2": _GPT2_TYPES,
     "bert": _BERT_TYPES,
@@ -128,14 +160,35 @@ TYPES: dict[str, dict[str, str]] = {
                 enable_bias="bool", layer_norm_elementwise_affine="bool", tie_word_embeddings="bool"),
     "granite": _DECODER_TYPES | dict(attention_bias="bool", mlp_bias="bool"),
     "phi3": _DECODER_TYPES | dict(sliding_window="int?"),
+    "qwen3": _QWEN2_TYPES | dict(head_dim="size", attention_bias="bool"),
+    # Qwen3MoeConfig and Olmo2Config declare no head_dim, but their attention reads one when a config gives it
+    "qwen3_moe": _DECODER_TYPES | dict(num_key_value_heads="size", attention_bias="bool", use_sliding_window="bool",
+                                       sliding_window="int?",
+                                       decoder_sparse_step="size", moe_intermediate_size="size",
+                                       num_experts_per_tok="size", num_experts="int", norm_topk_prob="bool",
+                                       mlp_only_layers="integers?"),
+    "olmo2": _DECODER_TYPES | dict(attention_bias="bool"),
+    "gemma2": _GEMMA2_TYPES,
+    "gemma3_text": _GEMMA2_TYPES | dict(sliding_window_pattern="size"),
 }
 COMMON_TYPES = {"_name_or_path": "str?"}  # model_type is checked first: it picks the mapper
 
 _Size = Annotated[StrictInt, Field(gt=0)]
 _Count = Annotated[StrictInt, Field(ge=0)]
+
+
+def _not_an_int(value):
+    if type(value) is int:  # strict pydantic takes 5 for a float; transformers 5 declares these float and refuses it
+        raise ValueError("an int")
+    return value
+
+
+_Float = Annotated[StrictFloat, BeforeValidator(_not_an_int)]
 # kind -> (strict pydantic validator, what a value of the wrong type is told, what one out of range is told)
 KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "bool": (TypeAdapter(StrictBool), "a boolean (true or false)", ""),
+    "bool?": (TypeAdapter(StrictBool | None), "a boolean (true or false) or null", ""),
+    "float?": (TypeAdapter(_Float | None), "a float (50.0, not 50) or null", ""),
     "int": (TypeAdapter(StrictInt), "an integer", ""),
     "int?": (TypeAdapter(StrictInt | None), "an integer or null", ""),
     "size": (TypeAdapter(_Size), "an integer", "a positive integer"),
@@ -177,8 +230,11 @@ def read_hf_config(path: str | Path) -> SpecFile:
     model_type = raw.get("model_type")
     if not isinstance(model_type, (str, type(None))):
         raise TfcalcError(f"{path}: model_type={show(model_type)}: expected a string, one of: {', '.join(SUPPORTED)}")
-    if model_type not in DEFAULTS:
+    if model_type not in DEFAULTS and model_type not in NESTED:
         raise TfcalcError(f"{path}: model_type={show(model_type)} is not supported; supported: {', '.join(SUPPORTED)}")
+    notes: list[str] = []
+    if model_type in NESTED:
+        raw, model_type = _nested(raw, model_type, path, notes)
     types = COMMON_TYPES | TYPES[model_type]
     given = {**DEFAULTS[model_type], **raw}
     problems = [f"{path}: {line}" for key, kind in types.items() if key in given
@@ -186,7 +242,6 @@ def read_hf_config(path: str | Path) -> SpecFile:
     if problems:
         raise TfcalcError("\n".join(problems))
     cfg = {key: given[key] for key in types if key in given}  # a mapper reads only fields whose type is checked
-    notes: list[str] = []
     try:
         fields = _MAPPERS[model_type](cfg, notes)
     except _Unmodelled as e:
@@ -204,6 +259,23 @@ def read_hf_config(path: str | Path) -> SpecFile:
         raise TfcalcError("\n".join(f"{path}: {line}" for line in validation_lines(e))) from None
     source = f"Hugging Face config {path} (model_type {model_type})" + "".join(f"; {n}" for n in notes)
     return SpecFile(spec, spec.name, f"{model_type} from config.json", source)
+
+
+def _nested(raw: dict, model_type: str, path: Path, notes: list[str]) -> tuple[dict, str]:
+    """The language model's config of a multimodal config (Gemma 3: its text_config, with the outer
+    tie_word_embeddings and _name_or_path), and its model_type."""
+    inner_type, key = NESTED[model_type]
+    inner = raw.get(key)
+    if inner is None:
+        inner = {}
+    if not isinstance(inner, dict):
+        raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
+    if inner.get("model_type", inner_type) != inner_type:
+        raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
+    outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
+    notes.append(f"{model_type}: the language model read from {key} ({inner_type}); the vision tower and the "
+                 "multimodal projector are not counted")
+    return {**inner, **outer, "model_type": inner_type}, inner_type
 
 
 def check_type(key: str, value: Any, kind: str) -> list[str]:
@@ -310,7 +382,11 @@ def _window(cfg: dict, fields: dict, notes: list[str], pattern: list[str] | None
     """A sliding window in every block, in the blocks `pattern` (cycled) marks local, or in the `last` blocks."""
     window = cfg.get("sliding_window")
     L = fields["n_layers"]
-    layers = L if pattern is None and last is None else last if last is not None else pattern.count("local")
+    if pattern is not None:  # the pattern cycled over the L blocks: its whole cycles, then its first L % n entries
+        cycles, rest = divmod(L, len(pattern))
+        layers = cycles * pattern.count("local") + pattern[:rest].count("local")
+    else:
+        layers = L if last is None else last
     if window is None or not layers:
         return
     fields["sliding_window"] = window
@@ -506,7 +582,89 @@ def _phi3(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
+def _qwen3(cfg: dict, notes: list[str]) -> dict:
+    """Qwen3: the llama layout with an RMSNorm on each query and key head (weight [head_dim] each) before rotary,
+    attention_bias on q, k, v and o, an explicit head_dim, Qwen2's sliding-window rule."""
+    fields = _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, qk_norm="head")
+    _qwen_window(cfg, fields, notes, alternating=False)
+    return fields
+
+
+def _qwen3_moe(cfg: dict, notes: list[str]) -> dict:
+    """Qwen3-MoE: Qwen3's attention, routed experts (no shared expert), dense blocks of intermediate_size where
+    decoder_sparse_step or mlp_only_layers say. norm_topk_prob renormalises the routing weights: no parameters."""
+    experts = cfg["num_experts"]
+    _refuse_if(cfg, "num_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers builds "
+               "a router even for 1 expert, and dense blocks for 0")
+    fields = _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, qk_norm="head",
+                                         n_experts=experts, top_k=cfg["num_experts_per_tok"],
+                                         d_expert=cfg["moe_intermediate_size"])
+    dense = cfg["mlp_only_layers"] or []
+    _refuse_if(cfg, "mlp_only_layers", dense != list(range(len(dense))) or len(dense) > fields["n_layers"],
+               "tfcalc models dense blocks as the first k (mlp_only_layers [0, 1, .., k-1]) or every n-th "
+               "(decoder_sparse_step)")
+    if dense:
+        fields["first_dense_layers"] = len(dense)
+    if cfg["decoder_sparse_step"] != 1:
+        fields["moe_every"] = cfg["decoder_sparse_step"]
+    if cfg["use_sliding_window"] is True:  # transformers keeps sliding_window only then, for every block
+        _window(cfg, fields, notes)
+    return fields
+
+
+def _olmo2(cfg: dict, notes: list[str]) -> dict:
+    """OLMo 2: the llama layout with its norms on each sublayer's output, before the residual add
+    (post_attention_layernorm, post_feedforward_layernorm; no input norms), and an RMSNorm over all of q
+    ([heads * head_dim]) and all of k ([kv_heads * head_dim]) before rotary."""
+    return _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, qk_norm="full",
+                                       norm_position="output")
+
+
+GEMMA_LAYER_TYPES = QWEN_LAYER_TYPES
+
+
+def _gemma2(cfg: dict, notes: list[str], pattern: list[str] | None = None) -> dict:
+    """Gemma 2: sandwich norms (input_layernorm and post_attention_layernorm around attention,
+    pre_feedforward_layernorm and post_feedforward_layernorm around the MLP), GeGLU by hidden_activation, a
+    head_dim of its own, local (sliding) and global blocks by layer_types (default: alternating, local first).
+    RMSNorm's (1 + w) form has one weight per channel. The embedding scale sqrt(hidden_size), query_pre_attn_scalar
+    and the soft-capping of attention scores and final logits (tanh) are elementwise, with no parameters: not in
+    forward FLOPs (not matmuls), nor in the non-matmul estimate or the training-memory plan."""
+    _refuse_if(cfg, "use_bidirectional_attention", cfg.get("use_bidirectional_attention") is True,
+               "tfcalc's windows are causal")
+    activation = _activation(cfg, "hidden_activation")  # first: a refusal names the field the file gave
+    fields = _decoder(cfg | {"hidden_act": cfg["hidden_activation"]}, notes)
+    fields |= dict(activation=activation, bias=cfg["attention_bias"], mlp_bias=False, norm_position="sandwich")
+    act = cfg.get("hidden_act")
+    if act is not None and act != cfg["hidden_activation"]:
+        notes.append(f"hidden_act={show(act)} not read: transformers runs hidden_activation")
+    L = fields["n_layers"]
+    types = cfg.get("layer_types")
+    if types is not None:
+        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
+        unknown = sorted(set(types) - set(GEMMA_LAYER_TYPES))
+        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
+                   f"{', '.join(GEMMA_LAYER_TYPES)}")
+        pattern = ["local" if t == "sliding_attention" else "global" for t in types]
+    _window(cfg, fields, notes, pattern or ["local", "global"])
+    caps = [f"{key}={cfg[key]}" for key in ("attn_logit_softcapping", "final_logit_softcapping")
+            if cfg.get(key) is not None]
+    if caps:
+        notes.append(f"{' and '.join(caps)}: tanh soft-capping, elementwise (no parameters, not counted)")
+    return fields
+
+
+def _gemma3_text(cfg: dict, notes: list[str]) -> dict:
+    """Gemma 3's language model: Gemma 2's sandwich norms plus an RMSNorm on each query and key head (weight
+    [head_dim] each); blocks local except every sliding_window_pattern-th (default 6: five local, one global)
+    unless layer_types says. Its local and global rotary bases change frequencies, not shapes."""
+    every = min(cfg.get("sliding_window_pattern", 6), cfg["num_hidden_layers"] + 1)  # beyond L: no global block
+    pattern = ["global" if (i + 1) % every == 0 else "local" for i in range(every)]
+    return _gemma2(cfg, notes, pattern) | dict(qk_norm="head")
+
+
 _MAPPERS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
             "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "t5": _t5, "bart": _bart, "gemma": _gemma,
             "gpt_bigcode": _gpt_bigcode, "roberta": _roberta, "xlm-roberta": _roberta, "opt": _opt,
-            "granite": _granite, "phi3": _phi3}
+            "granite": _granite, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "olmo2": _olmo2,
+            "gemma2": _gemma2, "gemma3_text": _gemma3_text}

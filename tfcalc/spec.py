@@ -60,7 +60,16 @@ class ModelSpec(BaseModel):
     norm: Literal["layernorm", "rmsnorm"] = Field(
         "layernorm", description="layernorm (weight and bias) or rmsnorm (weight)."
     )
-    norm_position: Literal["pre", "post"] = Field("pre", description="Norm before (pre) or after (post) each sublayer.")
+    norm_position: Literal["pre", "post", "sandwich", "output"] = Field(
+        "pre", description="Where each sublayer's norms are: pre (x + f(norm(x))), post (norm(x + f(x)), BERT), "
+                           "sandwich (x + norm(f(norm(x))), Gemma 2 and 3: a norm before and one after each "
+                           "sublayer) or output (x + norm(f(x)), OLMo 2: only the norm of the sublayer's output)."
+    )
+    qk_norm: Literal["none", "head", "full"] = Field(
+        "none", description="A norm (of kind `norm`) on the queries and keys after their projection, before rotary: "
+                            "head (each head's d_head channels, one weight [d_head] for q and one for k; Qwen3, "
+                            "Gemma 3) or full (all of q, [H * d_head], and all of k, [Hkv * d_head]; OLMo 2)."
+    )
     final_norm: bool = Field(True, description="A norm after the last block.")
     bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
     qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
@@ -195,6 +204,9 @@ class ModelSpec(BaseModel):
                                     f"encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
         elif not self.shared_embeddings:
             problems.append("shared_embeddings=False needs an encoder-decoder (n_encoder_layers > 0)")
+        if self.qk_norm != "none" and self.n_encoder_layers:
+            problems.append(f"qk_norm={self.qk_norm!r} is for decoder- or encoder-only models (cross-attention has "
+                            f"no q/k norms), not an encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self

@@ -107,20 +107,43 @@ def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask) ->
                          spec.n_kv_heads, cached)
 
 
+def _sublayer(ctx: Ctx, sublayer: str, ops: list[Op]) -> list[Op]:
+    """A sublayer's ops with its norms (by `norm_position`) and the residual add: pre and post have one norm
+    (`<sublayer>/norm`; post's normalises the sum, after the residual add), output one on the sublayer's output
+    (`<sublayer>/post_norm`, before the residual add), sandwich both."""
+    position, t = ctx.spec.norm_position, ctx.t
+    before = [] if position == "output" else [_norm(ctx, f"{sublayer}/norm", t)]
+    after = [_norm(ctx, f"{sublayer}/post_norm", t)] if position in ("sandwich", "output") else []
+    return [*before, *ops, *after, Elementwise(ctx.name("residual"), "residual", t * ctx.spec.d_model, RESIDUAL_ADD)]
+
+
+def _qk_norms(ctx: Ctx) -> list[Op]:
+    """Norms on the new queries and keys (not the cached ones), before rotary: per head (weight [dh] each) or over
+    all heads (weights [H*dh] and [Hkv*dh])."""
+    spec, t = ctx.spec, ctx.t
+    if spec.qk_norm == "head":  # q: [T*H, dh], k: [T*Hkv, dh]
+        return [Norm(ctx.name("attention/q_norm"), spec.norm, t * spec.n_heads, spec.d_head, "heads"),
+                Norm(ctx.name("attention/k_norm"), spec.norm, t * spec.n_kv_heads, spec.d_head, "heads")]
+    if spec.qk_norm == "full":  # q: [T, H*dh], k: [T, Hkv*dh]
+        return [Norm(ctx.name("attention/q_norm"), spec.norm, t, spec.d_attn, "heads"),
+                Norm(ctx.name("attention/k_norm"), spec.norm, t, spec.d_kv, "heads")]
+    return []
+
+
 @builder("attention")
 def attention(ctx: Ctx) -> list[Op]:
-    """Self-attention: norm, fused q/k/v projection, scores and value mixing, output projection, residual."""
+    """Self-attention: norm, fused q/k/v projection, q/k norms, scores and value mixing, output projection,
+    residual."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
-    return [
-        _norm(ctx, "attention/norm", t),
+    return _sublayer(ctx, "attention", [
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh]
         Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias,
                split="column"),
+        *_qk_norms(ctx),
         _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
-        Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
-    ]
+    ])
 
 
 @builder("cross_attention")
@@ -129,8 +152,7 @@ def cross_attention(ctx: Ctx) -> list[Op]:
     encoder's keys and values are cached, so their projection does no work (its weights are still there)."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
     kv_rows = 0 if ctx.workload.phase == "decode" else ctx.b * ctx.src
-    return [
-        _norm(ctx, "cross_attention/norm", t),
+    return _sublayer(ctx, "cross_attention", [
         # decoder x: [T, D] @ W_q: [D, H*dh]
         Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias, split="column"),
         # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
@@ -138,8 +160,7 @@ def cross_attention(ctx: Ctx) -> list[Op]:
         _attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
-        Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
-    ]
+    ])
 
 
 def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: int = 1,
@@ -161,9 +182,7 @@ def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: 
 @builder("mlp")
 def mlp(ctx: Ctx) -> list[Op]:
     """A dense MLP: norm, up [and gate], activation, down, residual."""
-    t = ctx.t
-    return [_norm(ctx, "mlp/norm", t), *_ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), t, ctx.spec.d_ff),
-            Elementwise(ctx.name("residual"), "residual", t * ctx.spec.d_model, RESIDUAL_ADD)]
+    return _sublayer(ctx, "mlp", _ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), ctx.t, ctx.spec.d_ff))
 
 
 @builder("moe")
@@ -172,8 +191,7 @@ def moe(ctx: Ctx) -> list[Op]:
     assumed: the rows are all the token-expert pairs), shared experts every token goes through, their gate."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
     E, k = spec.n_experts, spec.top_k
-    ops: list[Op] = [_norm(ctx, "mlp/norm", t),
-                     Matmul(ctx.name("moe/router"), t, D, E),  # x: [T, D] @ W_router: [D, E]
+    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E),  # x: [T, D] @ W_router: [D, E]
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
     # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
@@ -183,8 +201,7 @@ def moe(ctx: Ctx) -> list[Op]:
         ops += _ffn(ctx, ("moe/shared_experts",) * 3, t * n, spec.d_shared_expert, weights=n)
     if spec.shared_expert_gate:
         ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1))  # x: [T, D] @ W_gate: [D, 1]
-    ops.append(Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD))
-    return ops
+    return _sublayer(ctx, "mlp", ops)
 
 
 @builder("final_norm")

@@ -82,12 +82,15 @@ class Table:
 
 @dataclass(frozen=True, slots=True)
 class Norm:
-    """A norm over `rows` vectors of `width`: LayerNorm has weight and bias [width], RMSNorm a weight."""
+    """A norm over `rows` vectors of `width`: LayerNorm has weight and bias [width], RMSNorm a weight.
+    `split`: "heads" when its input is the queries or keys, which tensor parallelism splits by heads (q/k norms);
+    "" when it is the residual stream (whole on every GPU unless sequence-parallel)."""
 
     component: str
     kind: str  # "layernorm" | "rmsnorm"
     rows: int
     width: int
+    split: str = ""
 
     @property
     def params(self) -> int:

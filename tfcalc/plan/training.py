@@ -190,18 +190,16 @@ def _shard(w: int, g: int, o: int, m: int, zero: int, dp: int) -> ModelStates:
 def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool]:
     """The parameter tensors one GPU holds of `op` (their sizes) and whether they are routed experts'."""
     if isinstance(op, Matmul):
-        matrices = op.weights if op.weights or not copy_tied else 1
         expert = op.active is not None
-        if expert:
-            matrices = _ceil(op.weights, ep)
+        # a tied head owns no matrix (the token table is counted), unless a later pipeline stage keeps a copy
+        matrices = _ceil(op.weights, ep) if expert else op.weights or int(copy_tied)
         if op.split == "column":
             weight, bias = op.k * _ceil(op.n, tp), _ceil(op.n, tp)
         elif op.split == "row":
             weight, bias = _ceil(op.k, tp) * op.n, op.n
         else:
             weight, bias = op.k * op.n, op.n
-        one = [weight] + ([bias] if op.bias and (op.weights or not copy_tied) else [])
-        return one * matrices, expert
+        return ([weight] + ([bias] if op.bias else [])) * matrices, expert
     if isinstance(op, Table):
         return [(_ceil(op.rows, tp) if op.kind == "token" else op.rows) * op.dim], False
     if isinstance(op, Norm):
@@ -222,8 +220,9 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
 
     if isinstance(op, Norm):
         stats = 2 if op.kind == "layernorm" else 1
-        return {"input": part(op.rows * op.width * a, whole), "statistics": part(op.rows * stats * STAT_BYTES,
-                                                                                 whole)}
+        split = tp if op.split == "heads" else whole  # q/k norms: the heads are split across the tensor-parallel GPUs
+        return {"input": part(op.rows * op.width * a, split), "statistics": part(op.rows * stats * STAT_BYTES,
+                                                                                 split)}
     if isinstance(op, Matmul):
         if op.shares_input or op.m == 0:
             return {}
@@ -471,9 +470,10 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             cross_input = kv
             full = {k: v for k, v in full.items() if not k.endswith("cross_attention/kv")}
         if part.block and recompute == "full":
-            first = next(op for op in part.ops if isinstance(op, Norm))
-            kept = {"block input": _ceil(first.rows * first.width * a, (layout.tp if layout.sp and layout.tp > 1
-                                                                        else 1) * layout.cp)}
+            # the block's input is [T, D], as each residual add's (a block without input norms has no norm of it)
+            first = next(op for op in part.ops if isinstance(op, Elementwise) and op.kind == "residual")
+            kept = {"block input": _ceil(first.elements * a, (layout.tp if layout.sp and layout.tp > 1
+                                                              else 1) * layout.cp)}
             recompute_extra = max(recompute_extra, sum(full.values()))
         else:
             kept = full

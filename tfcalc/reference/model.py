@@ -136,8 +136,9 @@ class RMSNorm(nn.RMSNorm):
         return super().forward(x)
 
 
-def make_norm(spec: ModelSpec) -> nn.Module:
-    return LayerNorm(spec.d_model) if spec.norm == "layernorm" else RMSNorm(spec.d_model)
+def make_norm(spec: ModelSpec, width: int | None = None) -> nn.Module:
+    width = spec.d_model if width is None else width
+    return LayerNorm(width) if spec.norm == "layernorm" else RMSNorm(width)
 
 
 class Embedding(nn.Module):
@@ -284,12 +285,25 @@ class Attention(nn.Module):
         self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
         self.rotary = spec.positions == "rotary"
         self.recompute_core = recompute == "selective"
+        self.qk_norm = spec.qk_norm
+        if spec.qk_norm != "none":  # per head: weight [dh]; full: [H*dh] and [Hkv*dh]
+            head = spec.qk_norm == "head"
+            self.q_norm = make_norm(spec, spec.d_head if head else spec.d_attn)
+            self.k_norm = make_norm(spec, spec.d_head if head else spec.d_kv)
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
         q, k, v = self.qkv(x).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
+        if self.qk_norm != "none":
+            # each norm keeps a copy of its input, not a view of the fused projection's output (which would keep
+            # v's part alive too): what a model with separate q and k projections keeps
+            if self.qk_norm == "head":  # over each head's dh channels: [B, N, heads, dh]
+                q = self.q_norm(q.reshape(B, N, H, dh).contiguous()).view(B, N, H * dh)
+                k = self.k_norm(k.reshape(B, N, Hkv, dh).contiguous()).view(B, N, Hkv * dh)
+            else:  # over all heads: [B, N, heads * dh]
+                q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
         q, k, v = _heads(q, H, dh), _heads(k, Hkv, dh), _heads(v, Hkv, dh)
         if self.rotary:
             q, k = rotary(q, context, rope), rotary(k, context, rope)
@@ -402,23 +416,27 @@ class Block(nn.Module):
 
     def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
         super().__init__()
-        self.pre_norm = spec.norm_position == "pre"
-        self.attention_norm = make_norm(spec)
+        self.position = spec.norm_position
+        before = spec.norm_position != "output"
+        after = spec.norm_position in ("sandwich", "output")
+        names = ["attention", *(["cross_attention"] if layer.cross else []), "mlp"]
+        for name in names:  # `<sublayer>_norm` before it (after the residual add, post-norm), `_post_norm` after it
+            setattr(self, f"{name}_norm", make_norm(spec) if before else None)
+            setattr(self, f"{name}_post_norm", make_norm(spec) if after else None)
         self.attention = Attention(spec, layer, causal, explicit, recompute)
         if layer.cross:
-            self.cross_attention_norm = make_norm(spec)
             self.cross_attention = CrossAttention(spec, explicit, recompute)
-        self.mlp_norm = make_norm(spec)
         if layer.moe:
             self.moe = MoE(spec)
         else:
             self.mlp = MLP(spec, spec.d_ff)
 
     def _sublayers(self, context: int, bias, memory, src_len: int, rope=None):
-        yield self.attention_norm, lambda h: self.attention(h, context, bias, rope)
+        yield self.attention_norm, self.attention_post_norm, lambda h: self.attention(h, context, bias, rope)
         if hasattr(self, "cross_attention"):
-            yield self.cross_attention_norm, lambda h: self.cross_attention(h, memory, src_len)
-        yield self.mlp_norm, self.moe if hasattr(self, "moe") else self.mlp
+            yield (self.cross_attention_norm, self.cross_attention_post_norm,
+                   lambda h: self.cross_attention(h, memory, src_len))
+        yield self.mlp_norm, self.mlp_post_norm, self.moe if hasattr(self, "moe") else self.mlp
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, src_len: int = 0, cos: torch.Tensor | None = None,
@@ -426,8 +444,12 @@ class Block(nn.Module):
         """cos, sin: the stack's `rotary_tables` (two tensors, not a tuple: a checkpoint of the block saves
         its tensor arguments)."""
         rope = None if cos is None else (cos, sin)
-        for norm, sublayer in self._sublayers(context, bias, memory, src_len, rope):
-            x = x + sublayer(norm(x)) if self.pre_norm else norm(x + sublayer(x))
+        for norm, post_norm, sublayer in self._sublayers(context, bias, memory, src_len, rope):
+            if self.position == "post":
+                x = norm(x + sublayer(x))
+                continue
+            h = sublayer(norm(x) if norm is not None else x)
+            x = x + (post_norm(h) if post_norm is not None else h)
         return x
 
 
