@@ -539,9 +539,14 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                   "With --memory: adamw (default) or sgd (adam8bit cannot be measured)."))] = None,
               recompute: Annotated[Optional[str], _training_opt("--recompute", (
                   "With --memory: none (default), selective or full."))] = None,
+              no_transformers: Annotated[bool, typer.Option("--no-transformers", help=(
+                  "With --hf-config: skip the check against transformers' own model class built from the "
+                  "config."))] = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Hold the counts against FlopCounterMode and fvcore on the real PyTorch model, built for the workload;
-    with --memory, the training memory against torch's MemTracker.
+    with --memory, the training memory against torch's MemTracker. With --hf-config, also against transformers'
+    own model class built from the config on the meta device (parameters and forward FLOPs, per component);
+    for a model_type tfcalc does not model yet, transformers' traced totals.
 
     With a context (prefill, decode) the model keeps a KV cache. Exit code 0 when every row matches, 1 on a
     mismatch, 2 on bad input."""
@@ -559,23 +564,52 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     import_torch()
     from .verify import check
 
-    model_spec, _ = resolve(preset, spec, overrides, hf_config)
-    workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len, overrides.get("seq_len"))
-    report = check(model_spec, device=device, train=train, workload=workload)
     fmt = Format.json if as_json else fmt
-    if fmt is Format.json:
-        typer.echo(render.to_json(report.to_dict()))
-    elif fmt is Format.csv:
-        rows = [["forward", r.component, r.analytic, r.flop_counter, 2 * r.fvcore_macs, r.match] for r in report.forward]
-        rows += [["params", r.component, r.analytic, r.model, r.fvcore, r.match] for r in report.params]
-        if report.train is not None:
-            rows.append(["train_step", "total", report.train.analytic, report.train.flop_counter, "", report.train.match])
-        typer.echo(render.to_csv(["figure", "component", "analytic", "flop_counter_or_model", "fvcore", "match"],
-                                 rows), nl=False)
+    hf = skipped = None  # transformers' side of --hf-config: its report, or why it was not run
+    if hf_config is not None and not no_transformers:
+        from .hf import SUPPORTED
+        from .verify import hf_model
+
+        if not hf_model.transformers_available():
+            skipped = hf_model.INSTALL_HINT
+            if fmt is not Format.json:
+                typer.echo(skipped, err=True)
+        elif (kind := hf_model.model_type_of(hf_config)) not in SUPPORTED and hf_model.known_to_transformers(kind):
+            hf = hf_model.traced(hf_config, overrides)  # a type tfcalc refuses: transformers' traced totals alone
+    if hf is not None and hf.traced:
+        csv = [[f"transformers_{r.figure}", r.component, "", r.transformers, "", ""] for r in hf.rows]
     else:
-        _print_tables(render.check_tables(report), fmt, render.check_lines(report))
-        typer.echo("\n" + render.check_verdict(report))
-    if not report.match:
+        model_spec, _ = resolve(preset, spec, overrides, hf_config)
+        workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
+                                overrides.get("seq_len"))
+        report = check(model_spec, device=device, train=train, workload=workload)
+        if hf_config is not None and not no_transformers and skipped is None:
+            hf = hf_model.compare(hf_config, model_spec, workload, overrides)
+        csv = [["forward", r.component, r.analytic, r.flop_counter, 2 * r.fvcore_macs, r.match] for r in report.forward]
+        csv += [["params", r.component, r.analytic, r.model, r.fvcore, r.match] for r in report.params]
+        if report.train is not None:
+            csv.append(["train_step", "total", report.train.analytic, report.train.flop_counter, "", report.train.match])
+        csv += [[f"transformers_{r.figure}", r.component, r.analytic, r.transformers, "", r.match]
+                for r in (hf.rows if hf is not None else [])]
+    if fmt is Format.json:
+        data = {"match": True} if hf is not None and hf.traced else report.to_dict()
+        if hf_config is not None and not no_transformers:
+            data["transformers"] = hf.to_dict() if hf is not None else {"skipped": skipped}
+        typer.echo(render.to_json(data))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["figure", "component", "analytic", "flop_counter_or_model", "fvcore", "match"],
+                                 csv), nl=False)
+    else:
+        if hf is None or not hf.traced:
+            _print_tables(render.check_tables(report), fmt, render.check_lines(report))
+            typer.echo("\n" + render.check_verdict(report))
+        if hf is not None:
+            lines = [f"transformers' own class: {hf.model_class}, built from {hf_config} (model_type "
+                     f"{hf.model_type}) on the meta device"]
+            lines += [f"note: {n}" for n in hf.notes]
+            _print_tables([render.hf_check_table(hf)], fmt, ["", *lines] if not hf.traced else lines)
+            typer.echo("\n" + "\n".join([*hf.explanations(), "", hf.verdict()]).lstrip("\n"))
+    if (hf is None or not hf.traced) and not report.match or hf is not None and not hf.match:
         raise typer.Exit(1)
 
 

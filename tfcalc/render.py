@@ -152,7 +152,8 @@ def describe(spec: ModelSpec) -> str:
         parts.append(f"window={spec.sliding_window} ({where})")
     kind = ("encoder-decoder with cross-attention" if spec.is_encoder_decoder
             else "causal" if spec.causal else "bidirectional")
-    parts.append(f"{spec.mlp} MLP ({spec.activation}), {spec.norm} {spec.norm_position}-norm, "
+    qk = {"head": ", q/k norms per head", "full": ", q/k norms"}.get(spec.qk_norm, "")
+    parts.append(f"{spec.mlp} MLP ({spec.activation}), {spec.norm} {spec.norm_position}-norm{qk}, "
                  f"{spec.positions} positions, {kind}")
     return " ".join(parts[:-1]) + "; " + parts[-1]
 
@@ -801,6 +802,29 @@ def memory_check_table(report) -> Table:
     return Table("Training memory: analytic | measured", ["category", "analytic", "measured", "", "difference",
                  "relative", "tolerance", "note"], rows, caption, right={1, 2, 4, 5}, optional=[7, 5],
                  label_columns=1)
+
+
+def hf_check_table(report) -> Table:
+    """A verify.hf_model.HfReport: the analytic counts against transformers' own class (or its traced totals).
+    Each row's note (why it differs) is the report's `explanations()`, printed under the table."""
+    columns = ["figure", "component", "analytic", "transformers", "", "difference"]
+    rows = []
+    for r in report.rows:
+        mark = "" if r.match is None else "explained" if r.known else _mark(r.match)
+        difference = "" if r.analytic is None else "0" if r.match else f"{r.transformers - r.analytic:+,}"
+        rows.append([r.figure, r.component, "" if r.analytic is None else exact(r.analytic), exact(r.transformers),
+                     mark, difference])
+    keep = [0, 1, 3] if report.traced else [j for j in range(len(columns))
+                                            if j != 5 or any(row[5] not in ("", "0") for row in rows)]
+    w = report.workload
+    tokens = f"B={w.batch_size}, {w.seq_len:,} tokens" + (f", {w.src_len:,} encoder tokens" if w.src_len else "")
+    caption = (f"{report.model_class} built from the config on the meta device; parameters: sum(numel), tied "
+               f"weights once; forward: FlopCounterMode over one eager forward ({tokens}), 2 FLOPs per "
+               "multiply-add" + ("; difference = transformers - analytic." if 5 in keep else "."))
+    table = Table(f"transformers: {report.label}", [columns[j] for j in keep], [[row[j] for j in keep] for row in rows],
+                  caption, right={keep.index(j) for j in (2, 3, 5) if j in keep}, label_columns=2)
+    table.numeric = table.right | ({keep.index(4)} if 4 in keep else set())
+    return table
 
 
 def check_lines(report) -> list[str]:

@@ -1,0 +1,584 @@
+"""`tfcalc check --hf-config`: the analytic counts held against transformers' own model class.
+
+The reference model (checker.py) is written from the same spec as the formulas; this holds the spec itself against
+the real implementation. transformers builds its class from the config.json on the meta device (nothing allocated,
+no weights, no network), with eager attention and eager experts, and one forward pass runs under torch's
+FlopCounterMode. Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
+each module's own FLOPs (its count minus its submodules') and each parameter are mapped onto tfcalc's components by
+a small table of module names per family (FAMILIES); a name no rule maps is a row of its own, never guessed.
+
+MoE on meta: transformers' eager experts pick their tokens with `nonzero`, which has no meta kernel (no data to
+route on). Their forward is replaced, on the instance, by a round robin over the same weights: token slot s = t*k + j
+goes to expert s mod E, each expert one F.linear over its gate_up_proj and one over its down_proj, as the eager path
+runs them; every token passes through k experts, as with real routing, so the FLOPs are those of any routing.
+
+For a model_type tfcalc does not model but transformers does (`traced`), the totals are reported as traced.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import types
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..arch import Workload
+from ..errors import TfcalcError
+from ..spec import ModelSpec
+
+INSTALL_HINT = ("transformers is not installed: the check against transformers' own model class is skipped "
+                "(pip install 'tfcalc[hf]')")
+ENCODER_DECODER = {"t5", "bart"}
+
+# ---- module names -> tfcalc components, per family ---------------------------------------------------------------
+# A rule is (regex over a module's path, component). Block indices are \d+; "{stack}" is the encoder/decoder stack
+# the regex's `stack` group names. The core of an attention is the attention module's own FLOPs (q k^T and p v run in
+# eager_attention_forward, inside that module, outside its projections).
+
+_DECODER = [  # the LLaMA layout and its descendants; the norms around a block differ per family (below)
+    (r"model\.embed_tokens", "embedding/token"),
+    (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|qkv_proj)", "attention/qkv"),
+    (r"model\.layers\.\d+\.self_attn\.q_norm", "attention/q_norm"),
+    (r"model\.layers\.\d+\.self_attn\.k_norm", "attention/k_norm"),
+    (r"model\.layers\.\d+\.self_attn", "attention/core"),
+    (r"model\.layers\.\d+\.self_attn\.o_proj", "attention/out"),
+    (r"model\.layers\.\d+\.mlp\.gate_proj", "mlp/gate"),
+    (r"model\.layers\.\d+\.mlp\.up_proj", "mlp/up"),
+    (r"model\.layers\.\d+\.mlp\.gate_up_proj", "mlp/gate+up"),  # Phi-3's fused gate and up
+    (r"model\.layers\.\d+\.mlp\.down_proj", "mlp/down"),
+    (r"model\.layers\.\d+\.mlp\.gate", "moe/router"),
+    (r"model\.layers\.\d+\.mlp\.experts", "moe/experts"),
+    (r"model\.layers\.\d+\.mlp\.shared_expert\.(gate_proj|up_proj|down_proj)", "moe/shared_experts"),
+    (r"model\.layers\.\d+\.mlp\.shared_expert_gate", "moe/shared_gate"),
+    (r"model\.norm", "final_norm"),
+    (r"lm_head", "head"),
+]
+_LLAMA = [  # pre-norm: one norm before attention, one before the MLP
+    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
+    (r"model\.layers\.\d+\.post_attention_layernorm", "mlp/norm"),
+    *_DECODER,
+]
+_GEMMA2 = [  # sandwich norms: before and after attention, before and after the MLP
+    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
+    (r"model\.layers\.\d+\.post_attention_layernorm", "attention/post_norm"),
+    (r"model\.layers\.\d+\.pre_feedforward_layernorm", "mlp/norm"),
+    (r"model\.layers\.\d+\.post_feedforward_layernorm", "mlp/post_norm"),
+    *_DECODER,
+]
+_OLMO2 = [  # norms after attention and after the MLP only
+    (r"model\.layers\.\d+\.post_attention_layernorm", "attention/post_norm"),
+    (r"model\.layers\.\d+\.post_feedforward_layernorm", "mlp/post_norm"),
+    *_DECODER,
+]
+_GPT2 = [
+    (r"transformer\.wte", "embedding/token"),
+    (r"transformer\.wpe", "embedding/position"),
+    (r"transformer\.h\.\d+\.ln_1", "attention/norm"),
+    (r"transformer\.h\.\d+\.attn\.c_attn", "attention/qkv"),
+    (r"transformer\.h\.\d+\.attn", "attention/core"),
+    (r"transformer\.h\.\d+\.attn\.c_proj", "attention/out"),
+    (r"transformer\.h\.\d+\.ln_2", "mlp/norm"),
+    (r"transformer\.h\.\d+\.mlp\.c_fc", "mlp/up"),
+    (r"transformer\.h\.\d+\.mlp\.c_proj", "mlp/down"),
+    (r"transformer\.ln_f", "final_norm"),
+    (r"lm_head", "head"),
+]
+_BERT = [
+    (r"embeddings\.word_embeddings", "embedding/token"),
+    (r"embeddings\.position_embeddings", "embedding/position"),
+    (r"embeddings\.token_type_embeddings", "embedding/token_type"),
+    (r"embeddings\.LayerNorm", "embedding/norm"),
+    (r"encoder\.layer\.\d+\.attention\.self\.(query|key|value)", "attention/qkv"),
+    (r"encoder\.layer\.\d+\.attention\.self", "attention/core"),
+    (r"encoder\.layer\.\d+\.attention\.output\.dense", "attention/out"),
+    (r"encoder\.layer\.\d+\.attention\.output\.LayerNorm", "attention/norm"),
+    (r"encoder\.layer\.\d+\.intermediate\.dense", "mlp/up"),
+    (r"encoder\.layer\.\d+\.output\.dense", "mlp/down"),
+    (r"encoder\.layer\.\d+\.output\.LayerNorm", "mlp/norm"),
+    (r"pooler\.dense", "pooler"),
+]
+_OPT = [
+    (r"model\.decoder\.embed_tokens", "embedding/token"),
+    (r"model\.decoder\.embed_positions", "embedding/position"),
+    (r"model\.decoder\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
+    (r"model\.decoder\.layers\.\d+\.self_attn", "attention/core"),
+    (r"model\.decoder\.layers\.\d+\.self_attn\.out_proj", "attention/out"),
+    (r"model\.decoder\.layers\.\d+\.self_attn_layer_norm", "attention/norm"),
+    (r"model\.decoder\.layers\.\d+\.fc1", "mlp/up"),
+    (r"model\.decoder\.layers\.\d+\.fc2", "mlp/down"),
+    (r"model\.decoder\.layers\.\d+\.final_layer_norm", "mlp/norm"),
+    (r"model\.decoder\.final_layer_norm", "final_norm"),
+    (r"lm_head", "head"),
+]
+_T5_BLOCK = r"(?P<stack>encoder|decoder)\.block\.\d+\.layer\.\d+\."
+_T5 = [
+    (r"shared", "embedding/token"),
+    (_T5_BLOCK + r"SelfAttention\.(q|k|v)", "{stack}/attention/qkv"),
+    (_T5_BLOCK + r"SelfAttention", "{stack}/attention/core"),
+    (_T5_BLOCK + r"SelfAttention\.o", "{stack}/attention/out"),
+    (_T5_BLOCK + r"SelfAttention\.relative_attention_bias", "{stack}/attention/relative_bias"),
+    (r"(?P<stack>encoder|decoder)\.block\.\d+\.layer\.0\.layer_norm", "{stack}/attention/norm"),
+    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.q", "decoder/cross_attention/q"),
+    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.(k|v)", "decoder/cross_attention/kv"),
+    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention", "decoder/cross_attention/core"),
+    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.o", "decoder/cross_attention/out"),
+    (r"decoder\.block\.\d+\.layer\.1\.layer_norm", "decoder/cross_attention/norm"),
+    (r"encoder\.block\.\d+\.layer\.1\.layer_norm", "encoder/mlp/norm"),
+    (r"decoder\.block\.\d+\.layer\.2\.layer_norm", "decoder/mlp/norm"),
+    (_T5_BLOCK + r"DenseReluDense\.(wi|wi_1)", "{stack}/mlp/up"),
+    (_T5_BLOCK + r"DenseReluDense\.wi_0", "{stack}/mlp/gate"),  # gated: act(wi_0 x) * wi_1 x
+    (_T5_BLOCK + r"DenseReluDense\.wo", "{stack}/mlp/down"),
+    (r"(?P<stack>encoder|decoder)\.final_layer_norm", "{stack}/final_norm"),
+    (r"lm_head", "head"),
+]
+_BART_LAYER = r"model\.(?P<stack>encoder|decoder)\.layers\.\d+\."
+_BART = [
+    (r"model\.shared", "embedding/token"),
+    (r"model\.(?P<stack>encoder|decoder)\.embed_positions", "{stack}/embedding/position"),
+    (r"model\.(?P<stack>encoder|decoder)\.layernorm_embedding", "{stack}/embedding/norm"),
+    (_BART_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "{stack}/attention/qkv"),
+    (_BART_LAYER + r"self_attn", "{stack}/attention/core"),
+    (_BART_LAYER + r"self_attn\.out_proj", "{stack}/attention/out"),
+    (_BART_LAYER + r"self_attn_layer_norm", "{stack}/attention/norm"),
+    (_BART_LAYER + r"encoder_attn\.q_proj", "{stack}/cross_attention/q"),
+    (_BART_LAYER + r"encoder_attn\.(k_proj|v_proj)", "{stack}/cross_attention/kv"),
+    (_BART_LAYER + r"encoder_attn", "{stack}/cross_attention/core"),
+    (_BART_LAYER + r"encoder_attn\.out_proj", "{stack}/cross_attention/out"),
+    (_BART_LAYER + r"encoder_attn_layer_norm", "{stack}/cross_attention/norm"),
+    (_BART_LAYER + r"fc1", "{stack}/mlp/up"),
+    (_BART_LAYER + r"fc2", "{stack}/mlp/down"),
+    (_BART_LAYER + r"final_layer_norm", "{stack}/mlp/norm"),
+    (r"lm_head", "head"),
+]
+FAMILIES: dict[str, list[tuple[str, str]]] = {
+    **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "granite", "phi3", "qwen3",
+                     "qwen3_moe"), _LLAMA),
+    **dict.fromkeys(("gemma2", "gemma3_text"), _GEMMA2),
+    "olmo2": _OLMO2,
+    **dict.fromkeys(("gpt2", "gpt_bigcode"), _GPT2),
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta"), _BERT),
+    "opt": _OPT, "t5": _T5, "bart": _BART,
+}
+# Components transformers fuses into one module: compared with the sum of tfcalc's
+MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up")}
+_COMPILED = {family: [(re.compile(pattern + "$"), component) for pattern, component in rules]
+             for family, rules in FAMILIES.items()}
+
+
+def component_of(model_type: str, module: str) -> str | None:
+    """'model.layers.3.self_attn.q_proj' -> 'attention/qkv' for llama; None when no rule maps the name."""
+    for pattern, component in _COMPILED.get(model_type, ()):
+        m = pattern.match(module)
+        if m:
+            return component.format(stack=m.groupdict().get("stack") or "")
+    return None
+
+
+# ---- the report ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HfRow:
+    figure: str  # "params" or "forward"
+    component: str
+    analytic: int | None  # None: traced only (tfcalc does not model the type)
+    transformers: int
+    match: bool | None  # None: nothing to compare
+    note: str = ""
+    known: bool = False  # a documented difference (docs/hf-configs.md): shown, explained, not a failure
+
+    def to_dict(self) -> dict:
+        return {"figure": self.figure, "component": self.component, "analytic": self.analytic,
+                "transformers": self.transformers, "match": self.match, "known": self.known, "note": self.note}
+
+
+@dataclass
+class HfReport:
+    model_type: str
+    model_class: str
+    workload: Workload
+    rows: list[HfRow]
+    traced: bool = False  # tfcalc does not model this type: transformers' totals alone
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def match(self) -> bool:
+        return all(r.match is not False or r.known for r in self.rows)
+
+    @property
+    def label(self) -> str:
+        if self.traced:
+            return f"traced by transformers (tfcalc does not model {self.model_type} yet)"
+        return f"analytic | transformers {self.model_class}"
+
+    def explanations(self) -> list[str]:
+        """'figure component: note' for each row that does not simply agree."""
+        return [f"{r.figure} {r.component}: {r.note}" for r in self.rows if r.note and not r.match]
+
+    def verdict(self) -> str:
+        if self.traced:
+            return f"transformers: {self.label}: totals only, nothing to compare."
+        compared = [r for r in self.rows if r.match is not None]
+        bad = [f"{r.figure} {r.component}" for r in compared if not r.match and not r.known]
+        known = sum(r.known for r in compared)
+        if bad:
+            return f"transformers: MISMATCH in {len(bad)} of {len(compared)} rows: {', '.join(bad)}"
+        if known:
+            return (f"transformers: MATCH: {len(compared) - known} of {len(compared)} rows agree exactly; {known} "
+                    "differ as documented (see their notes).")
+        return f"transformers: MATCH: all {len(compared)} rows agree exactly."
+
+    def to_dict(self) -> dict:
+        totals = {r.figure: r for r in self.rows if r.component == "total"}
+        return {
+            "model_type": self.model_type, "model_class": self.model_class, "traced": self.traced,
+            "label": self.label, "workload": self.workload.model_dump(), "match": self.match,
+            "params": {"analytic": totals["params"].analytic, "transformers": totals["params"].transformers},
+            "forward": {"analytic": totals["forward"].analytic, "transformers": totals["forward"].transformers},
+            "rows": [r.to_dict() for r in self.rows], "notes": self.notes,
+        }
+
+
+# ---- reading the config -------------------------------------------------------------------------------------------
+
+def transformers_available() -> bool:
+    try:
+        import transformers
+    except ImportError:  # not installed (or set to None in sys.modules)
+        return False
+    return transformers.__name__ == "transformers"
+
+
+def read_raw(path: str | Path) -> tuple[Path, dict]:
+    """(the config.json's path, its JSON object), read as hf.read_hf_config reads it."""
+    from ..hf import find_config
+    from ..loading import parse_json, read_text_file
+
+    path = find_config(path)
+    raw = parse_json(path, read_text_file(path, "Hugging Face config"))
+    if not isinstance(raw, dict):
+        raise TfcalcError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return path, raw
+
+
+def model_type_of(path: str | Path) -> str | None:
+    model_type = read_raw(path)[1].get("model_type")
+    return model_type if isinstance(model_type, str) else None
+
+
+def known_to_transformers(model_type: str | None) -> bool:
+    from transformers import CONFIG_MAPPING
+
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
+
+
+def _layer_keys(model_type: str, raw: dict) -> dict[str, str]:
+    """Config field -> the spec field holding that stack's number of blocks."""
+    if model_type == "t5":
+        return {"num_layers": "n_encoder_layers", "num_decoder_layers": "n_layers"}
+    if model_type == "bart":
+        return {"encoder_layers": "n_encoder_layers", "decoder_layers": "n_layers"}
+    if model_type in ("gpt2", "gpt_bigcode") and "num_hidden_layers" not in raw:
+        return {"n_layer": "n_layers"}
+    return {"num_hidden_layers": "n_layers"}
+
+
+_WORKLOAD_FIELDS = {"name", "seq_len", "batch_size"}
+
+
+def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
+                overrides: dict | None = None) -> tuple[dict, ModelSpec]:
+    """The config transformers builds, with the spec's block counts (-L) written in, and the spec tfcalc reads from
+    that same config: both sides count one architecture. Other overrides cannot be written into a config; they are
+    named in a note and the config's own values are compared."""
+    from ..hf import read_hf_config
+
+    model_type = raw["model_type"]
+    base = read_hf_config(path).spec
+    raw = dict(raw)
+    changed = []
+    for key, field_name in _layer_keys(model_type, raw).items():
+        if getattr(spec, field_name) != getattr(base, field_name):
+            raw[key] = getattr(spec, field_name)
+            changed.append(f"{key}={raw[key]}")
+            if isinstance(raw.get("layer_types"), list) and field_name == "n_layers":
+                raw["layer_types"] = raw["layer_types"][:raw[key]]
+    if changed:
+        notes.append(f"transformers' model built with {', '.join(changed)} (from the layer override)")
+        with tempfile.TemporaryDirectory() as folder:
+            written = Path(folder) / "config.json"
+            written.write_text(json.dumps(raw))
+            base = read_hf_config(written).spec.replace(name=base.name)
+    given = ModelSpec.model_fields if overrides is None else overrides  # the flags given, when known
+    ignored = sorted(k for k in given if k not in _WORKLOAD_FIELDS and getattr(spec, k) != getattr(base, k))
+    if ignored:
+        notes.append("overrides not written into the config (only -L is): "
+                     f"{', '.join(f'{k}={getattr(spec, k)!r}' for k in ignored)}; both sides count the config's own "
+                     f"{', '.join(f'{k}={getattr(base, k)!r}' for k in ignored)}")
+    return raw, base
+
+
+# ---- building and tracing ------------------------------------------------------------------------------------------
+
+def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool):
+    auto = [transformers.AutoModel]
+    if encoder_decoder:
+        auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
+    elif lm_head:
+        auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, *auto]
+    for factory in auto:
+        mapping = factory._model_mapping
+        if type(config) in mapping:
+            return mapping[type(config)]
+    raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
+
+
+def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False):
+    """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
+    import torch
+    import transformers
+
+    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
+    cls = _model_class(transformers, config, lm_head, encoder_decoder)
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            model = cls._from_config(config, attn_implementation="eager", experts_implementation="eager")
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    model.eval()
+    routed = _route_experts_round_robin(model)
+    return model, routed
+
+
+def _round_robin_experts(self, hidden_states, top_k_index, top_k_weights):
+    """Token slot s = t*k + j to expert s mod E, over this module's own weights, the way the eager path runs each
+    expert (one linear over gate_up_proj, chunk, act(gate) * up, one linear over down_proj). Meta: no data."""
+    import torch
+    import torch.nn.functional as F
+
+    tokens, k = top_k_index.shape
+    experts = self.gate_up_proj.shape[0]
+    for e in range(experts):
+        n = (tokens * k - e + experts - 1) // experts  # slots s < tokens*k with s % experts == e
+        if n == 0:
+            continue
+        x = hidden_states[:n]  # n <= tokens, as k <= experts
+        gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+        F.linear(self.act_fn(gate) * up, self.down_proj[e])
+    return torch.zeros_like(hidden_states)
+
+
+def _route_experts_round_robin(model) -> int:
+    """Swap the forward of every stacked-experts module (3-D gate_up_proj and down_proj) for the round robin."""
+    routed = 0
+    for module in model.modules():
+        weights = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+        if all(getattr(w, "ndim", 0) == 3 for w in weights) and hasattr(module, "act_fn"):
+            if any(n.endswith("_bias") for n, _ in module.named_parameters(recurse=False)):
+                raise TfcalcError(f"{type(module).__name__}: experts with biases are not traced on meta yet")
+            module.forward = types.MethodType(_round_robin_experts, module)
+            routed += 1
+    return routed
+
+
+def trace(model, workload: Workload, encoder_decoder: bool) -> tuple[int, dict[str, int], int]:
+    """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta."""
+    import inspect
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ids = torch.zeros(workload.batch_size, workload.seq_len, dtype=torch.long, device="meta")
+    inputs = {"input_ids": ids}
+    if encoder_decoder:
+        src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
+        inputs = {"input_ids": src, "decoder_input_ids": ids}
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
+        # sequences, which reads data (.item() on meta)
+        inputs["use_cache"] = True
+    with warnings.catch_warnings(), torch.no_grad(), FlopCounterMode(display=False) as counter:
+        warnings.simplefilter("ignore")
+        model(**inputs)
+    root = type(model).__name__
+    inclusive = {name.removeprefix(root + "."): sum(ops.values())
+                 for name, ops in counter.get_flop_counts().items() if name.startswith(root + ".")}
+    own = dict(inclusive)
+    total = outside = counter.get_total_flops()
+    for name, value in inclusive.items():  # subtract each module from its nearest counted ancestor (or the root)
+        parent = _ancestor(name, inclusive)
+        if parent is None:
+            outside -= value
+        else:
+            own[parent] -= value
+    return total, {k: v for k, v in own.items() if v}, outside
+
+
+def _ancestor(name: str, counted: dict) -> str | None:
+    while "." in name:
+        name = name.rpartition(".")[0]
+        if name in counted:
+            return name
+    return None
+
+
+def parameters(model) -> dict[str, int]:
+    """numel per parameter name, tied weights once (named_parameters drops repeats)."""
+    return {name: p.numel() for name, p in model.named_parameters()}
+
+
+# ---- the comparison ------------------------------------------------------------------------------------------------
+
+def _rows(figure: str, model_type: str, analytic: dict[str, int], measured: dict[str, int], total_analytic: int,
+          total_measured: int, explain) -> list[HfRow]:
+    mapped: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
+    for name, value in measured.items():
+        component = component_of(model_type, name)
+        if component is None:
+            unmapped[re.sub(r"\.\d+\.", ".*.", name)] += value
+        else:
+            mapped[component] += value
+    for fused, parts in MERGED.items():  # in the place of its first part
+        if fused in mapped:
+            first = next((k for k in analytic if k in parts), None)
+            merged = sum(analytic.get(p, 0) for p in parts)
+            analytic = {(fused if k == first else k): (merged if k == first else v)
+                        for k, v in analytic.items() if k == first or k not in parts}
+    rows = []
+    for component in dict.fromkeys([*analytic, *mapped]):
+        a, t = analytic.get(component, 0), mapped.get(component, 0)
+        if a or t:
+            rows.append(explain(HfRow(figure, component, a, t, a == t)))
+    for name, value in unmapped.items():
+        rows.append(HfRow(figure, f"(unmapped) {name}", None, value, None,
+                          "no rule of this family's table maps this module; in the total"))
+    rows.append(explain(HfRow(figure, "total", total_analytic, total_measured, total_analytic == total_measured)))
+    return rows
+
+
+def _explainer(model_type: str, raw: dict, spec: ModelSpec):
+    """Say why a row differs; mark the documented differences."""
+    untied_t5 = model_type == "t5" and raw.get("tie_word_embeddings") is False
+    head = spec.vocab_size * spec.d_model
+
+    def explain(row: HfRow) -> HfRow:
+        if row.match:
+            return row
+        diff = row.transformers - row.analytic
+        if untied_t5 and row.figure == "params" and row.component in ("head", "total") and diff == -head:
+            note = ("known: tie_word_embeddings=false, so tfcalc counts the checkpoint's untied head (V x D = "
+                    f"{head:,}); transformers 5 ties T5's head when built from a config (docs/hf-configs.md)"
+                    if row.component == "head" else "known: the head's V x D, above")
+            return HfRow(row.figure, row.component, row.analytic, row.transformers, False, note, known=True)
+        side = "transformers has" if diff > 0 else "tfcalc counts"
+        return HfRow(row.figure, row.component, row.analytic, row.transformers, False,
+                     f"{side} {abs(diff):,} more: the formula or the name mapping is wrong here")
+
+    return explain
+
+
+def _guarded(path: Path, step, *args, **kwargs):
+    """transformers' own errors (a config it refuses, a forward that reads data on meta) as one line."""
+    try:
+        return step(*args, **kwargs)
+    except TfcalcError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything transformers raises is reported by name, not a traceback
+        what = "build its model from" if step is build else "run its model (meta device) for"
+        raise TfcalcError(f"{path}: transformers could not {what} this config: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: dict | None = None) -> HfReport:
+    """Hold tfcalc's counts for the config at `path` (with the spec's block counts) against transformers' class
+    built from it on meta: parameters and one forward over the workload's tokens (phase train), per component.
+    `overrides`: the spec flags given (named in a note when they cannot be written into the config); None: any
+    field of `spec` that differs from the config's."""
+    from ..counts import count
+    from .components import comparable
+
+    from .. import hf
+
+    path, raw = read_raw(path)
+    model_type = raw["model_type"]
+    notes: list[str] = []
+    nested = getattr(hf, "NESTED", {})
+    if model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
+        inner_type, key = nested[model_type]
+        outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
+        raw = {**(raw.get(key) or {}), **outer, "model_type": inner_type}
+        notes.append(f"{model_type}: transformers' language model built from {key} ({inner_type}), as tfcalc reads "
+                     "it; the vision tower and the projector are left out on both sides")
+        model_type = inner_type
+    raw, spec = _config_for(path, raw, spec, notes, overrides)
+    if workload.phase != "train":
+        notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
+                     f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
+    work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
+                    src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
+    spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
+    result = count(spec, work)
+    model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder)
+    if routed:
+        notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
+                     f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
+                     "(t*k+j) mod E): every token through k experts, as with any routing")
+    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder)
+    params = parameters(model)
+    by_module: Counter[str] = Counter()
+    for name, n in params.items():
+        by_module[name.rpartition(".")[0]] += n
+    explain = _explainer(model_type, raw, spec)
+    if model_type not in FAMILIES:
+        notes.append(f"no name table for {model_type}: totals compared, not components")
+    rows = _rows("params", model_type, result.params.components if model_type in FAMILIES else {},
+                 dict(by_module) if model_type in FAMILIES else {}, result.params.total, sum(params.values()),
+                 explain)
+    fwd = _rows("forward", model_type, comparable(result.flops.components) if model_type in FAMILIES else {},
+                own if model_type in FAMILIES else {}, result.flops.forward, total, explain)
+    if outside:
+        fwd.insert(-1, HfRow("forward", "(outside any module)", None, outside, None,
+                             "counted at the model's top level; in the total"))
+    return HfReport(model_type, type(model).__name__, work, rows + fwd, notes=notes)
+
+
+def traced(path: str | Path, overrides: dict[str, Any]) -> HfReport:
+    """transformers' totals for a model_type tfcalc does not model: parameters and one forward on meta."""
+    from ..hf import SEQ_LEN_CAP
+
+    path, raw = read_raw(path)
+    model_type = raw["model_type"]
+    notes = [f"tfcalc does not model {model_type} yet: these are transformers' own figures, nothing to compare "
+             "(exit code 0)"]
+    raw = dict(raw)
+    if "n_layers" in overrides:
+        raw["num_hidden_layers"] = overrides["n_layers"]
+        if isinstance(raw.get("layer_types"), list):
+            raw["layer_types"] = raw["layer_types"][:overrides["n_layers"]]
+        notes.append(f"built with num_hidden_layers={overrides['n_layers']} (from the layer override)")
+    ignored = sorted(set(overrides) - {"n_layers", "seq_len", "batch_size"})
+    if ignored:
+        notes.append(f"overrides not applied (tfcalc cannot map them for {model_type}): {', '.join(ignored)}")
+    model, routed = _guarded(path, build, raw)
+    if routed:
+        notes.append(f"MoE experts in {routed} blocks traced with a round robin on meta (see docs/verification.md)")
+    config = model.config
+    positions = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
+                      if isinstance(getattr(config, k, None), int)), 2048)
+    seq_len = overrides.get("seq_len", min(positions, SEQ_LEN_CAP))
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    work = Workload(batch_size=overrides.get("batch_size", 1), seq_len=seq_len,
+                    src_len=seq_len if encoder_decoder else None)
+    total, _, _ = _guarded(path, trace, model, work, encoder_decoder)
+    n_params = sum(parameters(model).values())
+    rows = [HfRow("params", "total", None, n_params, None), HfRow("forward", "total", None, total, None)]
+    return HfReport(model_type, type(model).__name__, work, rows, traced=True, notes=notes)
