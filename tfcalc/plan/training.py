@@ -493,23 +493,18 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         per_mb["loss"] = STAT_BYTES
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
-    shard = layout.dp * layout.cp
     counter = STEP_COUNTER if optimizer == "adamw" else 0
-    states = _shard(dense * recipe.weights, dense * recipe.grads,
-                    sum((state_bytes(n, optimizer, recipe) + counter) * r for n, e, r in weights_numel if not e),
-                    dense * recipe.master, layout.zero, shard)
-    if expert:
-        ex = _shard(expert * recipe.weights, expert * recipe.grads,
-                    sum((state_bytes(n, optimizer, recipe) + counter) * r for n, e, r in weights_numel if e),
-                    expert * recipe.master, layout.zero, shard // layout.ep)
-        states = ModelStates(*(getattr(states, f) + getattr(ex, f) for f in
-                               ("weights", "gradients", "optimizer_states", "master_weights")))
+    raw = [ModelStates(n * recipe.weights, n * recipe.grads,
+                       sum((state_bytes(size, optimizer, recipe) + counter) * r for size, e, r in weights_numel
+                           if e == is_expert), n * recipe.master)
+           for n, is_expert in ((dense, False), (expert, True))]
+    states = _sharded(raw, layout)
     microbatches = pp - index
     activations = sum(per_mb.values()) * microbatches
     head = next((op for part in parts for op in part.ops if isinstance(op, Matmul) and op.component == "head"),
                 None)
     loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * (STAT_BYTES + a)
-    transient = recompute_extra + loss_grad + (2 * gather if layout.zero >= 3 else 0)
+    transient = recompute_extra + loss_grad  # with ZeRO-3, two blocks' gathered weights more (_plan)
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
     # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
     tied = next((op for part in parts for op in part.ops if isinstance(op, Table) and op.kind == "token"), None)
@@ -517,7 +512,19 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     step = max(largest_tensor * 4 if recipe.master else 0,
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
     tensors = sum(r for _, _, r in weights_numel)
-    return StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors)
+    stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors)
+    return stage, raw, 2 * gather
+
+
+def _sharded(raw: list[ModelStates], layout: Layout) -> ModelStates:
+    """The dense and the experts' states (unsharded) on one GPU of `layout`: ZeRO over dp x cp, the experts' over
+    dp x cp / ep."""
+    shard = layout.dp * layout.cp
+    (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, layout.zero, n)
+                        for r, n in zip(raw, (shard, shard // layout.ep)))
+    return ModelStates(dense.weights + experts.weights, dense.gradients + experts.gradients,
+                       dense.optimizer_states + experts.optimizer_states,
+                       dense.master_weights + experts.master_weights)
 
 
 def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: Layout,
@@ -568,17 +575,24 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
 
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
-          cache: dict) -> TrainingMemory:
+          cache: dict, estimate: bool = True) -> TrainingMemory:
     key = layout.pp, recompute
     if key not in cache:
         cache[key] = _stages(spec, workload, layout.pp, recompute)
     all_parts = cache[key]
-    stages = [_stage_memory(i, parts, spec, recipe, optimizer, recompute, layout, i == layout.pp - 1)
-              for i, parts in enumerate(all_parts)]
+    stages = []
+    for i, parts in enumerate(all_parts):  # a stage's figures once per shape; ZeRO and dp only reshard them
+        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, recompute, precision, optimizer)
+        if shape not in cache:
+            cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
+                                         i == layout.pp - 1)
+        base, raw, gather = cache[shape]
+        stages.append(replace(base, states=_sharded(raw, layout),
+                              transient=base.transient + (gather if layout.zero >= 3 else 0)))
     worst = max(stages, key=lambda s: (s.peak, -s.stage))
-    estimate = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage])
+    published = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage]) if estimate else None
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
-                          tuple(s.params for s in stages), estimate, capacity_bytes, gpu_name)
+                          tuple(s.params for s in stages), published, capacity_bytes, gpu_name)
 
 
 def _powers(limit: int) -> list[int]:
@@ -590,6 +604,18 @@ def _powers(limit: int) -> list[int]:
 
 
 MAX_GPUS = 65536
+
+
+def _beyond(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, caches) -> bool:
+    """No data-parallel size or ZeRO stage can fit this shape: a stage's activations and the backward's transients
+    alone (neither shrinks with dp) are over the capacity."""
+    try:
+        check_layout(spec, workload, layout)
+    except TfcalcError:
+        return False  # left to the search, which skips it by its own check
+    stage = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, None, caches,
+                  estimate=False).stage
+    return stage.activations + stage.transient > capacity_bytes
 
 
 def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimizer: str, recompute: str,
@@ -615,6 +641,9 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
         for tp in tps:
             for cp in cps:
                 for ep in eps:
+                    if _beyond(spec, workload, recipe, precision, optimizer, recompute,
+                               Layout(1, 0, tp, pp, ep, cp, sp), capacity_bytes, caches):
+                        continue
                     for zero in zeros:
                         for dp in dps:
                             layout = Layout(dp, zero, tp, pp, ep, cp, sp)
@@ -627,10 +656,11 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
                             except TfcalcError:
                                 continue
                             plan = _plan(spec, workload, recipe, precision, optimizer, recompute, layout,
-                                         capacity_bytes, None, caches)
+                                         capacity_bytes, None, caches, estimate=False)
                             if plan.peak <= capacity_bytes:
                                 key = (layout.gpus, zero, tp, pp, ep, dp)
                                 if best_key is None or key < best_key:
-                                    best, best_key = plan, key
+                                    best, best_key = layout, key
                                 break  # a larger dp only adds GPUs
-    return best
+    return None if best is None else _plan(spec, workload, recipe, precision, optimizer, recompute, best,
+                                           capacity_bytes, None, caches)
