@@ -28,7 +28,7 @@ MODEL_CLASSES = {
     "gemma2": transformers.Gemma2ForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
     "gemma3": transformers.Gemma3ForConditionalGeneration,
 }
-ENCODER_DECODER = {"t5", "bart"}
+from tfcalc.hf import ENCODER_DECODER  # noqa: E402
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 
 

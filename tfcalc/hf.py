@@ -102,7 +102,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # Multimodal configs whose language model is read from a nested config (its model_type, the field it is in); the
 # other towers (vision) are not counted
 NESTED = {"gemma3": ("gemma3_text", "text_config")}
-SUPPORTED = (*DEFAULTS, *NESTED)
 
 # The JSON type of every field a mapper reads, as transformers' config classes declare it (tests/test_file_inputs.py
 # holds them against those declarations). A value of another type is refused by name, never coerced: JSON "false"
@@ -663,8 +662,32 @@ def _gemma3_text(cfg: dict, notes: list[str]) -> dict:
     return _gemma2(cfg, notes, pattern) | dict(qk_norm="head")
 
 
-_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
+_MAPPERS: dict[str, Any] = {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _mistral, "mixtral": _mixtral,
             "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "t5": _t5, "bart": _bart, "gemma": _gemma,
             "gpt_bigcode": _gpt_bigcode, "roberta": _roberta, "xlm-roberta": _roberta, "opt": _opt,
             "granite": _granite, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "olmo2": _olmo2,
             "gemma2": _gemma2, "gemma3_text": _gemma3_text}
+
+# transformers' module names -> tfcalc components, for the families registered from tfcalc/families/ (the
+# families above keep theirs in tfcalc/verify/hf_model.py); model types that are encoder-decoders
+COMPONENTS: dict[str, list[tuple[str, str]]] = {}
+ENCODER_DECODER: set[str] = {"t5", "bart"}
+
+
+def register(model_type: str, defaults: dict[str, Any], types: dict[str, str], mapper,
+             components: list[tuple[str, str]] | None = None, encoder_decoder: bool = False) -> None:
+    """Add a model_type: transformers' defaults for the fields it reads, their JSON kinds, the mapper to ModelSpec
+    fields and (for `check --hf-config`) the table of transformers' module names -> tfcalc components (a rule is
+    (regex over a module's path, component), as in tfcalc/verify/hf_model.py)."""
+    assert model_type not in DEFAULTS, model_type
+    assert set(defaults) <= set(types), (model_type, sorted(set(defaults) - set(types)))
+    DEFAULTS[model_type], TYPES[model_type], _MAPPERS[model_type] = defaults, types, mapper
+    if components is not None:
+        COMPONENTS[model_type] = components
+    if encoder_decoder:
+        ENCODER_DECODER.add(model_type)
+
+
+from . import families  # noqa: E402,F401  (registers the families in tfcalc/families/)
+
+SUPPORTED = (*DEFAULTS, *NESTED)

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import hf
 from ..arch import Workload
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 
 INSTALL_HINT = ("transformers is not installed: the check against transformers' own model class is skipped "
                 "(pip install 'tfcalc[hf]')")
-ENCODER_DECODER = {"t5", "bart"}
 
 # ---- module names -> tfcalc components, per family ---------------------------------------------------------------
 # A rule is (regex over a module's path, component). Block indices are \d+; "{stack}" is the encoder/decoder stack
@@ -163,6 +163,7 @@ FAMILIES: dict[str, list[tuple[str, str]]] = {
     **dict.fromkeys(("gpt2", "gpt_bigcode"), _GPT2),
     **dict.fromkeys(("bert", "roberta", "xlm-roberta"), _BERT),
     "opt": _OPT, "t5": _T5, "bart": _BART,
+    **hf.COMPONENTS,  # the families in tfcalc/families/
 }
 # Components transformers fuses into one module: compared with the sum of tfcalc's
 MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up")}
