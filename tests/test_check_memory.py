@@ -78,3 +78,12 @@ def test_exact_rows_allow_cudas_512_byte_blocks_and_nothing_else():
     assert MemoryRow("optimizer states", 995_519_056, 995_519_056 + 148 * 508, 0, slack=511 * 3 * 148).match
     assert not MemoryRow("optimizer states", 995_519_056, 995_519_056 + 148 * 508, 0).match  # not off CUDA
     assert not MemoryRow("weights", 100, 99, 0, slack=511).match  # under the plan is never rounding
+
+
+def test_a_batch_of_one_keeps_one_pooled_row():
+    # x[:, 0] of a [1, N, D] output is already contiguous: the reference model clones it, so that the pooler keeps
+    # one row and not the whole output (what the plan counts)
+    spec, _ = small("bert-base")
+    report = check_memory(spec, Workload(seq_len=32, batch_size=1), "bf16-mixed", "adamw", "full", "meta")
+    rows = {r.category: r for r in report.rows}
+    assert rows["activations (end of forward)"].difference == 0

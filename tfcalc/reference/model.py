@@ -545,8 +545,9 @@ class Transformer(nn.Module):
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
         if self.pooler is None:
             return out
-        # the first token copied: a view would keep the whole [B, N, D] output alive for the pooler's backward
-        return out, torch.tanh(self.pooler(x[:, 0].contiguous()))
+        # the first token copied (clone: with B = 1 the view is already contiguous): a view would keep the whole
+        # [B, N, D] output alive for the pooler's backward
+        return out, torch.tanh(self.pooler(x[:, 0].clone()))
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
