@@ -525,3 +525,15 @@ def test_folder_and_cli(tmp_path):
     assert checked.exit_code == 0 and json.loads(checked.output)["match"] is True
     missing = runner.invoke(app, ["count", "--hf-config", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_bart_reads_its_attribute_map_names(tmp_path):
+    # BartConfig's attribute_map: hidden_size, num_attention_heads and num_hidden_layers set d_model,
+    # encoder_attention_heads and encoder_layers (over their own values), as transformers builds it
+    config = {"model_type": "bart", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+              "decoder_attention_heads": 4, "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "decoder_layers": 2,
+              "vocab_size": 100, "max_position_embeddings": 32, "d_model": 1024}
+    spec = read_hf_config(write(tmp_path, config)).spec
+    assert (spec.d_model, spec.n_heads, spec.n_encoder_layers, spec.n_layers) == (64, 4, 1, 2)
+    n_params, _ = transformers_counts(config, 1, 4, 4)
+    assert count(spec).params.total == n_params

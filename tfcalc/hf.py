@@ -145,7 +145,8 @@ TYPES: dict[str, dict[str, str]] = {
     "bart": dict(vocab_size="size", max_position_embeddings="size", encoder_layers="size", encoder_ffn_dim="size",
                  encoder_attention_heads="size", decoder_layers="size", decoder_ffn_dim="size",
                  decoder_attention_heads="size", activation_function="str", d_model="size",
-                 tie_word_embeddings="bool"),
+                 tie_word_embeddings="bool", hidden_size="size", num_attention_heads="size",
+                 num_hidden_layers="size"),
     # GemmaConfig declares head_dim and num_key_value_heads as int (no null); hidden_activation is the field
     # transformers 4.38-4.4x read instead of hidden_act (transformers 5 does not read it: it is only noted)
     "gemma": _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", attention_bias="bool",
@@ -496,8 +497,14 @@ def _t5(cfg: dict, notes: list[str]) -> dict:
                 context=512)
 
 
+# BartConfig's attribute_map (also mBART's and Marian's): these names set the field they stand for, over its own value
+BART_ALIASES = dict(hidden_size="d_model", num_attention_heads="encoder_attention_heads",
+                    num_hidden_layers="encoder_layers")
+
+
 def _bart(cfg: dict, notes: list[str]) -> dict:
     """BART: post-norm, biases, learned positions with an offset of 2 rows, a norm after each embedding."""
+    cfg = _unalias(cfg, BART_ALIASES, notes)
     for field in ("attention_heads", "ffn_dim"):
         _refuse_if(cfg, f"decoder_{field}", cfg[f"encoder_{field}"] != cfg[f"decoder_{field}"],
                    f"encoder_{field}={show(cfg[f'encoder_{field}'])} differs; tfcalc gives both stacks one width")

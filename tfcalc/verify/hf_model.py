@@ -281,8 +281,9 @@ def _layer_keys(model_type: str, raw: dict) -> dict[str, str]:
     """Config field -> the spec field holding that stack's number of blocks."""
     if model_type == "t5":
         return {"num_layers": "n_encoder_layers", "num_decoder_layers": "n_layers"}
-    if model_type == "bart":
-        return {"encoder_layers": "n_encoder_layers", "decoder_layers": "n_layers"}
+    if model_type in ("bart", "mbart", "marian"):  # num_hidden_layers, when given, stands for encoder_layers
+        encoder = "num_hidden_layers" if "num_hidden_layers" in raw else "encoder_layers"
+        return {encoder: "n_encoder_layers", "decoder_layers": "n_layers"}
     if model_type in ("gpt2", "gpt_bigcode") and "num_hidden_layers" not in raw:
         return {"n_layer": "n_layers"}
     return {"num_hidden_layers": "n_layers"}
