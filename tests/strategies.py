@@ -15,7 +15,7 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
     d_head = draw(st.integers(1, max_d_head))
     own_d_model = draw(st.booleans())
     d_model = draw(st.integers(2, 32)) if own_d_model else n_heads * d_head
-    positions = draw(st.sampled_from(["learned", "sinusoidal", "rotary", "relative", "none"]))
+    positions = draw(st.sampled_from(["learned", "sinusoidal", "rotary", "relative", "alibi", "none"]))
     seq_len = draw(st.integers(1, max_seq))
     is_moe = draw(st.booleans()) if moe is None else moe
     is_encdec = draw(st.booleans()) if encoder_decoder is None else encoder_decoder
@@ -25,7 +25,8 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         d_head=d_head, d_ff=draw(st.integers(1, 40)), vocab_size=draw(st.integers(1, 64)), seq_len=seq_len,
         batch_size=draw(st.integers(1, 3)), mlp=draw(st.sampled_from(["standard", "gated"])),
         activation=draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"])),
-        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), norm_position=draw(st.sampled_from(["pre", "post"])),
+        norm=draw(st.sampled_from(["layernorm", "rmsnorm", "layernorm_no_bias"])),
+        norm_position=draw(st.sampled_from(["pre", "post"])),
         final_norm=draw(st.booleans()), bias=draw(st.booleans()), qkv_bias=draw(st.none() | st.booleans()),
         mlp_bias=draw(st.none() | st.booleans()),
         tie_embeddings=draw(st.booleans()), lm_head=draw(st.booleans()), positions=positions,
@@ -35,6 +36,12 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         fields["norm_position"] = draw(st.sampled_from(["pre", "post", "sandwich", "output"]))
         if not is_encdec:
             fields["qk_norm"] = draw(st.sampled_from(["none", "head", "full"]))
+    if fields["norm_position"] == "pre" and not is_encdec:
+        fields["parallel_block"] = draw(st.sampled_from(["none", "one_norm", "two_norms"]))
+    if positions == "rotary" and draw(st.booleans()):
+        fields["rotary_dim"] = draw(st.integers(1, d_head))
+    if fields["lm_head"] and not fields["tie_embeddings"]:
+        fields["head_bias"] = draw(st.booleans())
     if is_encdec:
         fields |= dict(n_encoder_layers=draw(st.integers(1, max_layers)), shared_embeddings=draw(st.booleans()))
     else:
@@ -59,6 +66,10 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
                        d_expert=draw(st.integers(1, 24)), d_shared_expert=draw(st.integers(1, 24)),
                        shared_expert_gate=n_shared > 0 and draw(st.booleans()),
                        first_dense_layers=draw(st.integers(0, n_layers)), moe_every=draw(st.integers(1, 3)))
+    if not is_encdec and not is_moe and "sliding_window" not in fields and draw(st.booleans()):
+        fields["shared_blocks"] = draw(st.integers(1, n_layers))  # ALBERT's shared parameters
+    if not is_encdec and not fields["lm_head"] and draw(st.booleans()):
+        fields["d_embedding"] = draw(st.integers(1, 16))  # ALBERT's factorised embedding
     return ModelSpec(**fields)
 
 

@@ -20,11 +20,12 @@ INT_FLAGS = {"-L": "n_layers", "-d": "d_model", "-H": "n_heads", "--d-head": "d_
              "--d-ff": "d_ff", "-V": "vocab_size", "-N": "seq_len", "-B": "batch_size",
              "--max-positions": "max_positions", "--sliding-window": "sliding_window", "-E": "n_experts",
              "--top-k": "top_k", "--first-dense-layers": "first_dense_layers", "--moe-every": "moe_every",
-             "--n-encoder-layers": "n_encoder_layers", "--d-expert": "d_expert"}
+             "--n-encoder-layers": "n_encoder_layers", "--d-expert": "d_expert", "--rotary-dim": "rotary_dim"}
 CHOICE_FLAGS = {"--positions": ("positions", ["learned", "rotary", "relative", "none", "alibi"]),
                 "--mlp": ("mlp", ["standard", "gated", "swiglu"]),
                 "--norm-position": ("norm_position", ["pre", "post", "sandwich", "output", "peri"]),
                 "--qk-norm": ("qk_norm", ["none", "head", "full", "layer"]),
+                "--parallel-block": ("parallel_block", ["none", "one_norm", "two_norms", "two"]),
                 "--attention-pattern": ("attention_pattern", ["local,global", "local", "global,x", ""])}
 WORKLOAD_FLAGS = {"--phase": st.sampled_from(["train", "prefill", "decode", "serve"]),
                   "--context": SIZE, "--src-len": SIZE, "--tgt-len": SIZE}

@@ -138,3 +138,33 @@ def test_moe_shared_experts_and_gate():
     assert p.components["moe/shared_experts"] == 2 * shared
     assert p.components["moe/shared_gate"] == 2 * 16
     assert p.total - p.active == 2 * (4 - 2) * one_expert
+
+
+def test_gpt2_without_any_bias_is_nanogpt_exactly():
+    # nanoGPT's transformer_sizing: GPT-2 with bias=False (linears and LayerNorms) has 124,337,664 parameters
+    spec = load_preset("gpt2").replace(bias=False, norm="layernorm_no_bias")
+    assert count(spec).params.total == 124_337_664
+
+
+def test_parallel_blocks_share_or_keep_their_norms():
+    # x + attn(ln(x)) + mlp(ln(x)) has one norm a block fewer than the sequential block; with two norms the same
+    # parameters, and the FLOPs are the same either way (the same matmuls on the same rows)
+    D, L = 768, 12
+    seq = load_preset("gpt2")
+    one, two = seq.replace(parallel_block="one_norm"), seq.replace(parallel_block="two_norms")
+    assert count(seq).params.total - count(one).params.total == L * 2 * D
+    assert count(two).params.total == count(seq).params.total
+    assert count(one).flops.forward == count(two).flops.forward == count(seq).flops.forward
+
+
+def test_head_bias_alibi_and_partial_rotary():
+    D, V, P = 768, 50257, 1024
+    gpt2 = load_preset("gpt2")
+    untied = gpt2.replace(tie_embeddings=False)
+    assert count(untied.replace(head_bias=True)).params.total == count(untied).params.total + V
+    # ALiBi and rotary have no parameters: the learned table's P x D go
+    for positions in ("alibi", "rotary"):
+        spec = gpt2.replace(positions=positions, max_positions=None)
+        assert count(spec).params.total == count(gpt2).params.total - P * D
+    rotary = gpt2.replace(positions="rotary", max_positions=None)
+    assert count(rotary.replace(rotary_dim=16)).params.total == count(rotary).params.total

@@ -48,6 +48,18 @@ def test_d_head_may_differ_from_d_model_over_n_heads():
         ({"qk_norm": "layer"}, "qk_norm='layer': Input should be 'none', 'head' or 'full'"),
         ({"norm_position": "peri"}, "norm_position='peri': Input should be 'pre', 'post', 'sandwich' or 'output'"),
         ({"qk_norm": "head", "n_encoder_layers": 2}, "qk_norm='head' is for decoder- or encoder-only models"),
+        ({"parallel_block": "one_norm", "norm_position": "post"},
+         "parallel_block='one_norm' needs norm_position='pre', got norm_position='post'"),
+        ({"parallel_block": "two_norms", "n_encoder_layers": 2},
+         "parallel_block='two_norms' is for decoder- or encoder-only models"),
+        ({"parallel_block": "both"}, "parallel_block='both': Input should be 'none', 'one_norm' or 'two_norms'"),
+        ({"rotary_dim": 16}, "rotary_dim=16 is only for rotary positions, not positions='learned'"),
+        ({"positions": "rotary", "max_positions": None, "rotary_dim": 65}, "rotary_dim=65 is more than d_head=64"),
+        ({"shared_blocks": 13}, "shared_blocks=13 is more than n_layers=12"),
+        ({"shared_blocks": 1, "n_experts": 4}, "shared_blocks=1 needs blocks that are all alike: not with n_experts=4"),
+        ({"d_embedding": 128}, "d_embedding=128 is for an encoder without an LM head"),
+        ({"head_bias": True}, "head_bias=True needs an untied LM head (lm_head=True, tie_embeddings=False), got "
+                              "lm_head=True, tie_embeddings=True"),
     ],
 )
 def test_invalid_specs_are_refused_naming_field_and_value(change, expected):

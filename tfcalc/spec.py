@@ -57,8 +57,9 @@ class ModelSpec(BaseModel):
     activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
         "gelu", description="MLP activation (for gated MLPs, applied to the gate)."
     )
-    norm: Literal["layernorm", "rmsnorm"] = Field(
-        "layernorm", description="layernorm (weight and bias) or rmsnorm (weight)."
+    norm: Literal["layernorm", "rmsnorm", "layernorm_no_bias"] = Field(
+        "layernorm", description="layernorm (weight and bias), rmsnorm (weight) or layernorm_no_bias (a LayerNorm "
+                                 "with a weight and no bias: MPT's no_bias, Cohere)."
     )
     norm_position: Literal["pre", "post", "sandwich", "output"] = Field(
         "pre", description="Where each sublayer's norms are: pre (x + f(norm(x))), post (norm(x + f(x)), BERT), "
@@ -70,17 +71,31 @@ class ModelSpec(BaseModel):
                             "head (each head's d_head channels, one weight [d_head] for q and one for k; Qwen3, "
                             "Gemma 3) or full (all of q, [H * d_head], and all of k, [Hkv * d_head]; OLMo 2)."
     )
+    parallel_block: Literal["none", "one_norm", "two_norms"] = Field(
+        "none", description="Attention and MLP side by side on the block's input, both added to the residual: "
+                            "one_norm: x + attn(norm(x)) + mlp(norm(x)), one norm shared (GPT-J, Phi, Falcon-7B, "
+                            "Cohere); two_norms: x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX, Falcon-40B). "
+                            "none: the MLP after attention. Only with norm_position pre."
+    )
     final_norm: bool = Field(True, description="A norm after the last block.")
     bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
     qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
     mlp_bias: bool | None = Field(None, description="Biases on the MLP and expert linears; default: same as bias.")
     tie_embeddings: bool = Field(True, description="LM head shares the token embedding matrix.")
     lm_head: bool = Field(True, description="A vocabulary projection at the end (false for a bare encoder).")
+    head_bias: bool = Field(False, description="A bias [V] on the untied LM head (GPT-J, Phi).")
 
     # positions
-    positions: Literal["learned", "sinusoidal", "rotary", "relative", "none"] = Field(
+    positions: Literal["learned", "sinusoidal", "rotary", "relative", "alibi", "none"] = Field(
         "learned", description="Position encoding (relative: T5's bucketed bias, a table in each stack's first "
-                               "block)."
+                               "block; alibi: Press et al.'s fixed per-head linear bias on the scores, no "
+                               "parameters: BLOOM, MPT)."
+    )
+    rotary_dim: Size | None = Field(
+        None, description="Channels of each query and key head that rotary rotates (partial rotary: GPT-J's "
+                          "rotary_dim, GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); default all of d_head. "
+                          "No parameters; what training keeps of rotary (its cos/sin tables) scales with it. Only "
+                          "for rotary positions."
     )
     max_positions: Size | None = Field(
         None, description="Rows of the learned position table (part of the model); default: the seq_len the "
@@ -100,6 +115,19 @@ class ModelSpec(BaseModel):
     attention_pattern: list[Literal["global", "local"]] | None = Field(
         None, description="Per-block attention, cycled over the blocks: local uses sliding_window, global "
                           "sees every key. Gemma 3: five local then one global."
+    )
+
+    # parameter sharing (ALBERT)
+    d_embedding: Size | None = Field(
+        None, description="A factorised embedding (ALBERT's embedding_size): the token, position and token-type "
+                          "tables and the embedding norm are this wide, and a projection d_embedding -> d_model "
+                          "(with bias) follows them. None: the tables are d_model wide."
+    )
+    shared_blocks: Size | None = Field(
+        None, description="Blocks share parameters: this many sets of block parameters, block i using set "
+                          "int(i / (n_layers / shared_blocks)) (ALBERT's num_hidden_groups; 1: every block the same "
+                          "weights). Parameters are counted once per set, FLOPs once per block. None: every block "
+                          "its own."
     )
 
     # encoder extras (BERT)
@@ -207,6 +235,36 @@ class ModelSpec(BaseModel):
         if self.qk_norm != "none" and self.n_encoder_layers:
             problems.append(f"qk_norm={self.qk_norm!r} is for decoder- or encoder-only models (cross-attention has "
                             f"no q/k norms), not an encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
+        if self.parallel_block != "none":
+            if self.norm_position != "pre":
+                problems.append(f"parallel_block={self.parallel_block!r} needs norm_position='pre', got "
+                                f"norm_position={self.norm_position!r}")
+            if self.n_encoder_layers:
+                problems.append(f"parallel_block={self.parallel_block!r} is for decoder- or encoder-only models, not "
+                                f"an encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
+        if self.rotary_dim is not None:
+            if self.positions != "rotary":
+                problems.append(f"rotary_dim={self.rotary_dim} is only for rotary positions, not "
+                                f"positions={self.positions!r}")
+            elif self.d_head is not None and self.rotary_dim > self.d_head:
+                problems.append(f"rotary_dim={self.rotary_dim} is more than d_head={self.d_head}")
+        if self.shared_blocks is not None:
+            if self.shared_blocks > self.n_layers:
+                problems.append(f"shared_blocks={self.shared_blocks} is more than n_layers={self.n_layers}")
+            kinds = [field for field in ("n_encoder_layers", "sliding_window", "first_dense_layers")
+                     if getattr(self, field)] + (["n_experts"] if self.n_experts > 1 else [])
+            if kinds:
+                problems.append(f"shared_blocks={self.shared_blocks} needs blocks that are all alike: not with "
+                                f"{', '.join(f'{k}={getattr(self, k)}' for k in kinds)}")
+        if self.d_embedding is not None and self.lm_head:
+            problems.append(f"d_embedding={self.d_embedding} is for an encoder without an LM head (ALBERT's "
+                            "AlbertModel); set lm_head=False")
+        if self.d_embedding is not None and self.n_encoder_layers:
+            problems.append(f"d_embedding={self.d_embedding} is for decoder- or encoder-only models, not an "
+                            f"encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
+        if self.head_bias and (not self.lm_head or self.tie_embeddings):
+            problems.append(f"head_bias=True needs an untied LM head (lm_head=True, tie_embeddings=False), got "
+                            f"lm_head={self.lm_head}, tie_embeddings={self.tie_embeddings}")
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
@@ -225,6 +283,12 @@ class ModelSpec(BaseModel):
     def d_kv(self) -> int:
         """Width of all key (or value) heads together (n_kv_heads * d_head)."""
         return self.n_kv_heads * self.d_head
+
+    @property
+    def rotated(self) -> int:
+        """Channels of a query or key head that rotary rotates (rotary_dim, else d_head), rounded down to even."""
+        d = self.rotary_dim if self.rotary_dim is not None else self.d_head
+        return d - d % 2
 
     @property
     def is_moe(self) -> bool:

@@ -11,7 +11,7 @@ Shapes follow torch's nn.Linear (weight [out, in], bias [out]); a shape comment 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..spec import ModelSpec
 from .architecture import Layer, Stack
@@ -83,7 +83,8 @@ def _norm(ctx: Ctx, component: str, rows: int) -> Norm:
 @builder("embedding")
 def embedding(ctx: Ctx) -> list[Op]:
     """The stack's input: token table (unless shared at the top), positions, token types, a norm."""
-    spec, D = ctx.spec, ctx.spec.d_model
+    spec = ctx.spec
+    D = spec.d_embedding or spec.d_model  # ALBERT's factorised embedding: E-wide tables, then E -> D
     ops: list[Op] = []
     if not (spec.is_encoder_decoder and spec.shared_embeddings):
         ops.append(Table(ctx.name("embedding/token"), spec.vocab_size, D))  # [V, D]
@@ -95,7 +96,9 @@ def embedding(ctx: Ctx) -> list[Op]:
     if spec.n_token_types:
         ops.append(Table(ctx.name("embedding/token_type"), spec.n_token_types, D, "token_type"))  # [types, D]
     if spec.embedding_norm:
-        ops.append(_norm(ctx, "embedding/norm", ctx.t))
+        ops.append(Norm(ctx.name("embedding/norm"), spec.norm, ctx.t, D))
+    if spec.d_embedding:  # x: [T, E] @ W_proj: [E, D] (ALBERT's embedding_hidden_mapping_in)
+        ops.append(Matmul(ctx.name("embedding/projection"), ctx.t, D, spec.d_model, bias=True))
     return ops
 
 
@@ -219,7 +222,7 @@ def head(ctx: Ctx) -> list[Op]:
     if spec.lm_head:
         # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
         ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
-                          weights=0 if spec.tie_embeddings else 1, split="column"))
+                          weights=0 if spec.tie_embeddings else 1, bias=spec.head_bias, split="column"))
     return ops
 
 
@@ -231,6 +234,23 @@ def shared_embedding(ctx: Ctx) -> list[Op]:
 
 
 def block(ctx: Ctx) -> list[Op]:
-    """One block: self-attention, cross-attention when it has it, then the MLP or the experts."""
+    """One block: self-attention, cross-attention when it has it, then the MLP or the experts (side by side with
+    attention in a parallel block)."""
     names = ["attention", *(["cross_attention"] if ctx.layer.cross else []), "moe" if ctx.layer.moe else "mlp"]
+    if ctx.spec.parallel_block != "none":
+        return _parallel(ctx, BUILDERS[names[0]](ctx), BUILDERS[names[-1]](ctx))
     return [op for name in names for op in BUILDERS[name](ctx)]
+
+
+def _parallel(ctx: Ctx, attention_ops: list[Op], mlp_ops: list[Op]) -> list[Op]:
+    """A parallel block, x + attn(norm(x)) + mlp(norm'(x)): the two sublayers' ops as built, each with its own
+    residual add (two adds, as sequential blocks have). With one norm the MLP has none of its own, and its first
+    projection (the up projection, or the router) reads the same normalised x as attention's: kept once."""
+    norm = ctx.name("mlp/norm")
+    if ctx.spec.parallel_block == "two_norms":  # the MLP's norm reads the block's input, as attention's does
+        return attention_ops + [replace(op, shares_input=True) if isinstance(op, Norm) and op.component == norm
+                                else op for op in mlp_ops]
+    mlp_ops = [op for op in mlp_ops if not (isinstance(op, Norm) and op.component == norm)]
+    first = next(i for i, op in enumerate(mlp_ops) if isinstance(op, Matmul))
+    mlp_ops[first] = replace(mlp_ops[first], shares_input=True)
+    return attention_ops + mlp_ops

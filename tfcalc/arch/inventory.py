@@ -21,9 +21,17 @@ from .workload import Workload
 
 @dataclass(frozen=True)
 class Group:
+    """Ops the model performs `repeat` times, with `copies` sets of their parameters (fewer than `repeat` when
+    blocks share parameters: ALBERT; None: one set each time)."""
+
     label: str
     repeat: int
     ops: tuple[Op, ...]
+    copies: int | None = None
+
+    @property
+    def parameter_sets(self) -> int:
+        return self.repeat if self.copies is None else self.copies
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,13 @@ class Inventory:
         for group in self.groups:
             for op in group.ops:
                 yield op, group.repeat
+
+    def parameters(self) -> Iterator[tuple[Op, int]]:
+        """Every op record with the number of sets of its parameters the model holds (the times it performs it,
+        unless blocks share parameters)."""
+        for group in self.groups:
+            for op in group.ops:
+                yield op, group.parameter_sets
 
     def components(self) -> list[str]:
         """Component names in model order (an attention core gives `.../scores` and `.../values`)."""
@@ -101,8 +116,8 @@ def _stack_groups(spec: ModelSpec, workload: Workload, stack: Stack) -> list[Gro
     ctx = Ctx(spec, workload, stack)
     where = f"{stack.name} " if stack.name else ""
     groups = [Group(f"{where}embedding", 1, tuple(BUILDERS["embedding"](ctx)))]
-    for layer, repeat in stack.distinct().items():
+    for layer, repeat in stack.distinct().items():  # shared_blocks: one kind of block (the spec checks it)
         groups.append(Group(f"{where}block ({layer.label})", repeat,
-                            tuple(block(Ctx(spec, workload, stack, layer)))))
+                            tuple(block(Ctx(spec, workload, stack, layer))), spec.shared_blocks))
     groups.append(Group(f"{where}final_norm", 1, tuple(BUILDERS["final_norm"](ctx))))
     return groups

@@ -20,7 +20,8 @@ class Matmul:
     `active`: the weight matrices one token touches (top_k of E); None means all of them.
     `split`: how tensor parallelism (Megatron-LM) splits W: "column" (the n outputs; x is whole on every GPU),
     "row" (the k inputs; x arrives split), "" (not split: every GPU holds all of W).
-    `shares_input`: x is the input of the op before it (a gate beside its up projection): kept once."""
+    `shares_input`: x is an input an earlier op already keeps (a gate beside its up projection, a parallel block's
+    MLP beside attention on one normalised x): kept once."""
 
     component: str
     m: int
@@ -84,13 +85,16 @@ class Table:
 class Norm:
     """A norm over `rows` vectors of `width`: LayerNorm has weight and bias [width], RMSNorm a weight.
     `split`: "heads" when its input is the queries or keys, which tensor parallelism splits by heads (q/k norms);
-    "" when it is the residual stream (whole on every GPU unless sequence-parallel)."""
+    "" when it is the residual stream (whole on every GPU unless sequence-parallel).
+    `shares_input`: its input is one an earlier op already keeps (a parallel block's MLP norm, on the block's input,
+    beside attention's norm): kept once."""
 
     component: str
-    kind: str  # "layernorm" | "rmsnorm"
+    kind: str  # "layernorm" | "rmsnorm" | "layernorm_no_bias"
     rows: int
     width: int
     split: str = ""
+    shares_input: bool = False
 
     @property
     def params(self) -> int:

@@ -14,7 +14,8 @@ from .breakdown import Breakdown
 
 # Rough FLOPs per element of non-matmul work, stated once (the activation constants live with the builders).
 SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
-NORM_PER_ELEMENT = {"layernorm": 8, "rmsnorm": 4}  # mean/var (or mean square), normalise, affine
+# mean/var (or mean square), normalise, affine (a layer norm without bias: no add)
+NORM_PER_ELEMENT = {"layernorm": 8, "layernorm_no_bias": 7, "rmsnorm": 4}
 NON_MATMUL_KIND = {"activation": "activations", "residual": "residual", "routing": "moe/routing"}
 
 
@@ -27,7 +28,7 @@ def matmul(m: int, k: int, n: int) -> int:
 def params(inv: Inventory) -> Breakdown:
     """Trainable parameters per component, summed over layers: what sum(p.numel()) gives."""
     c: dict[str, int] = defaultdict(int)
-    for op, repeat in inv:
+    for op, repeat in inv.parameters():  # shared blocks: once per set of parameters
         if isinstance(op, Matmul):
             c[op.component] += repeat * op.weights * op.params_each
         elif isinstance(op, Table):
@@ -39,13 +40,14 @@ def params(inv: Inventory) -> Breakdown:
 
 def inactive_params(inv: Inventory) -> int:
     """Parameters one token does not touch: the routed experts it is not sent to."""
-    return sum(repeat * (op.weights - op.active) * op.params_each for op, repeat in inv
+    return sum(repeat * (op.weights - op.active) * op.params_each for op, repeat in inv.parameters()
                if isinstance(op, Matmul) and op.active is not None)
 
 
 def table_params(inv: Inventory, *kinds: str) -> int:
     """Parameters of the lookup tables of the given kinds (token, position, token_type)."""
-    return sum(repeat * op.rows * op.dim for op, repeat in inv if isinstance(op, Table) and op.kind in kinds)
+    return sum(repeat * op.rows * op.dim for op, repeat in inv.parameters()
+               if isinstance(op, Table) and op.kind in kinds)
 
 
 def forward(inv: Inventory) -> Breakdown:
@@ -111,7 +113,7 @@ def kv_per_token(inv: Inventory) -> int:
 def matmul_weights(inv: Inventory) -> int:
     """Parameters in the weight matrices of linear layers (an untied head's included; a tied head's matrix is the
     token table). The rest are tables, norms and biases."""
-    return sum(repeat * op.weights * op.k * op.n for op, repeat in inv if isinstance(op, Matmul))
+    return sum(repeat * op.weights * op.k * op.n for op, repeat in inv.parameters() if isinstance(op, Matmul))
 
 
 def has_window(inv: Inventory) -> bool:

@@ -136,6 +136,9 @@ def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
         problems.append(f"tp={tp}: tensor parallelism splits the attention heads; it must divide n_heads="
                         f"{spec.n_heads} and n_kv_heads={spec.n_kv_heads}")
     blocks = sum(s.n_layers for s in stacks(spec))
+    if layout.pp > 1 and spec.shared_blocks is not None:
+        problems.append(f"pp={layout.pp}: blocks that share parameters (shared_blocks={spec.shared_blocks}) are not "
+                        "split into pipeline stages")
     if layout.pp > blocks:
         problems.append(f"pp={layout.pp}: more pipeline stages than the model's {blocks} blocks")
     if layout.ep > 1:
@@ -219,10 +222,10 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
         return _ceil(n, split * cp)
 
     if isinstance(op, Norm):
-        stats = 2 if op.kind == "layernorm" else 1
+        stats = 1 if op.kind == "rmsnorm" else 2  # a layer norm's mean and rstd, an RMS norm's rstd
         split = tp if op.split == "heads" else whole  # q/k norms: the heads are split across the tensor-parallel GPUs
-        return {"input": part(op.rows * op.width * a, split), "statistics": part(op.rows * stats * STAT_BYTES,
-                                                                                 split)}
+        return {"input": 0 if op.shares_input else part(op.rows * op.width * a, split),
+                "statistics": part(op.rows * stats * STAT_BYTES, split)}
     if isinstance(op, Matmul):
         if op.shares_input or op.m == 0:
             return {}
@@ -265,8 +268,12 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     out: dict[str, int] = {}
     gated = False  # a gate beside the up projection since the last activation
     router = None
+    previous = None
     for op in ops:
-        gated = gated or isinstance(op, Matmul) and op.shares_input
+        # a gate: the projection right after the up projection, on its input (a parallel block's MLP also shares
+        # attention's input, after attention's residual add)
+        gated = gated or isinstance(op, Matmul) and op.shares_input and isinstance(previous, Matmul)
+        previous = op
         saved = _saved(op, gated, a, recompute, layout)
         if isinstance(op, Matmul) and op.component.endswith("moe/router"):
             router = op
@@ -295,6 +302,7 @@ class _Part:
     block: bool  # a transformer block (recomputed under `full`)
     # kept once for the stack, not per op: (what, elements, bytes each; 0 = the activation dtype's)
     extras: tuple[tuple[str, int, int], ...] = ()
+    copies: int | None = None  # sets of parameters when blocks share them (ALBERT); None: one per repeat
 
 
 def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tuple[str, int, int], ...],
@@ -312,7 +320,9 @@ def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tupl
         embedding.append((name("attention/relative bucket ids"), s * ctx.keys, 8))
         if recompute != "none":
             embedding.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
-    rotary = (name("attention/rotary tables"), 2 * s * spec.d_head, 0) if spec.positions == "rotary" else None
+    if spec.positions == "alibi" and recompute != "none":  # a constant, but an input of each recomputed core
+        embedding.append((name("attention/alibi bias"), spec.n_heads * s * ctx.keys, 0))
+    rotary = (name("attention/rotary tables"), 2 * s * spec.rotated, 0) if spec.positions == "rotary" else None
     return tuple(embedding), rotary
 
 
@@ -345,7 +355,8 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> lis
                 if rotary is not None:
                     parts[s].append(_Part((), 1, False, (rotary,)))
                 for layer, repeat in st.distinct(lo, hi).items():
-                    parts[s].append(_Part(tuple(block(Ctx(spec, workload, st, layer))), repeat, True))
+                    parts[s].append(_Part(tuple(block(Ctx(spec, workload, st, layer))), repeat, True,
+                                          copies=spec.shared_blocks))
         parts[stage(offset + st.n_layers - 1)].append(_Part(tuple(BUILDERS["final_norm"](ctx)), 1, False))
         offset += st.n_layers
     parts[pp - 1].append(_Part(tuple(BUILDERS["head"](top)), 1, False))
@@ -460,7 +471,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             copy_tied = last and pp > 1 and isinstance(op, Matmul) and op.component == "head"
             sizes, is_expert = _tensors(op, layout.tp, layout.ep, copy_tied)
             for n in sizes:
-                weights_numel.append((n, is_expert, part.repeat))
+                weights_numel.append((n, is_expert, part.repeat if part.copies is None else part.copies))
                 largest_tensor = max(largest_tensor, n)
             block_params += sum(sizes)
         full = _ops_activations(part.ops, a, recompute, layout)

@@ -138,19 +138,23 @@ class RMSNorm(nn.RMSNorm):
 
 def make_norm(spec: ModelSpec, width: int | None = None) -> nn.Module:
     width = spec.d_model if width is None else width
-    return LayerNorm(width) if spec.norm == "layernorm" else RMSNorm(width)
+    if spec.norm == "rmsnorm":
+        return RMSNorm(width)
+    return LayerNorm(width, bias=spec.norm == "layernorm")
 
 
 class Embedding(nn.Module):
-    """Token table (unless an encoder-decoder shares one), positions, token types, a norm."""
+    """Token table (unless an encoder-decoder shares one), positions, token types, a norm; with a factorised
+    embedding (d_embedding, ALBERT) all of them d_embedding wide, then a projection to d_model."""
 
     def __init__(self, spec: ModelSpec, own_token_table: bool):
         super().__init__()
-        D = spec.d_model
+        D = spec.d_embedding or spec.d_model
         self.token = nn.Embedding(spec.vocab_size, D) if own_token_table else None
         self.position = nn.Embedding(spec.max_positions, D) if spec.positions == "learned" else None
         self.token_type = nn.Embedding(spec.n_token_types, D) if spec.n_token_types else None
-        self.norm = make_norm(spec) if spec.embedding_norm else None
+        self.norm = make_norm(spec, D) if spec.embedding_norm else None
+        self.projection = nn.Linear(D, spec.d_model) if spec.d_embedding else None
         self.sinusoidal = spec.positions == "sinusoidal"
 
     def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None, offset: int,
@@ -163,7 +167,8 @@ class Embedding(nn.Module):
             x = x + sinusoidal_table(offset + N, x.shape[-1], x.device, x.dtype)[offset:]
         if self.token_type is not None:
             x = x + self.token_type(token_types)
-        return self.norm(x) if self.norm is not None else x
+        x = self.norm(x) if self.norm is not None else x
+        return self.projection(x) if self.projection is not None else x
 
 
 def sinusoidal_table(n: int, d: int, device, dtype) -> torch.Tensor:
@@ -189,8 +194,9 @@ def rotary_tables(offset: int, n: int, d_head: int, device, dtype) -> tuple[torc
 def rotary(x: torch.Tensor, offset: int = 0, tables: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Rotary position embedding (Su et al.) on x: [B, H, N, d_head] at positions offset.., rotate-half form;
     no parameters. An odd last channel is left as it is. `tables`: `rotary_tables` for these positions."""
-    N, d = x.shape[-2], x.shape[-1] - x.shape[-1] % 2
+    N = x.shape[-2]
     cos, sin = tables if tables is not None else rotary_tables(offset, N, x.shape[-1], x.device, x.dtype)
+    d = cos.shape[-1]  # the rotated channels (partial rotary: the first rotary_dim), the rest as they are
     rot, rest = x[..., :d], x[..., d:]
     half1, half2 = rot[..., : d // 2], rot[..., d // 2:]
     rotated = rot * cos + torch.cat([-half2, half1], -1) * sin
@@ -423,6 +429,9 @@ class Block(nn.Module):
         for name in names:  # `<sublayer>_norm` before it (after the residual add, post-norm), `_post_norm` after it
             setattr(self, f"{name}_norm", make_norm(spec) if before else None)
             setattr(self, f"{name}_post_norm", make_norm(spec) if after else None)
+        self.parallel = spec.parallel_block
+        if self.parallel == "one_norm":  # the MLP reads attention's normalised input
+            self.mlp_norm = None
         self.attention = Attention(spec, layer, causal, explicit, recompute)
         if layer.cross:
             self.cross_attention = CrossAttention(spec, explicit, recompute)
@@ -444,6 +453,10 @@ class Block(nn.Module):
         """cos, sin: the stack's `rotary_tables` (two tensors, not a tuple: a checkpoint of the block saves
         its tensor arguments)."""
         rope = None if cos is None else (cos, sin)
+        if self.parallel != "none":  # x + attn(norm(x)) + mlp(norm(x) or norm'(x))
+            (norm, _, attention), (mlp_norm, _, mlp) = self._sublayers(context, bias, memory, src_len, rope)
+            h = norm(x)
+            return x + attention(h) + mlp(h if mlp_norm is None else mlp_norm(x))
         for norm, post_norm, sublayer in self._sublayers(context, bias, memory, src_len, rope):
             if self.position == "post":
                 x = norm(x + sublayer(x))
@@ -468,6 +481,14 @@ class RelativeBias(nn.Module):
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, H, s_q, s_k]
 
 
+def alibi_bias(n_heads: int, s_q: int, s_k: int, device, dtype) -> torch.Tensor:
+    """ALiBi (Press et al.): -slope_h * (query position - key position), [1, H, s_q, s_k]; head h's slope is
+    2^(-8 (h + 1) / H). No parameters: computed once per stack and added to every block's scores."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1, device=device, dtype=torch.float32) / n_heads)
+    distance = (torch.arange(s_k - s_q, s_k, device=device)[:, None] - torch.arange(s_k, device=device)[None, :])
+    return (-slopes[:, None, None] * distance.abs().float()).unsqueeze(0).to(dtype)
+
+
 class StackModule(nn.Module):
     """One stack: its embedding, its blocks in order, its final norm."""
 
@@ -476,10 +497,16 @@ class StackModule(nn.Module):
         super().__init__()
         self.embedding = Embedding(spec, own_token_table)
         self.relative_bias = RelativeBias(spec) if spec.positions == "relative" else None
-        self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit, recompute)
-                                    for i in range(stack.n_layers))
+        self.alibi_heads = spec.n_heads if spec.positions == "alibi" else 0
+        L, shared = stack.n_layers, spec.shared_blocks
+        if shared is None:
+            self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit, recompute)
+                                        for i in range(L))
+        else:  # ALBERT: `shared` sets of parameters, block i running set int(i / (L / shared))
+            sets = [Block(spec, stack.layer(i), stack.causal, explicit, recompute) for i in range(shared)]
+            self.blocks = nn.ModuleList(sets[int(i / (L / shared))] for i in range(L))
         self.final_norm = make_norm(spec) if spec.final_norm else None
-        self.d_head = spec.d_head if spec.positions == "rotary" else None
+        self.rotated = spec.rotated if spec.positions == "rotary" else None
         self.recompute_blocks = recompute == "full"
 
     def forward(self, tokens: torch.Tensor, token_types=None, context: int = 0, table=None, memory=None,
@@ -487,7 +514,9 @@ class StackModule(nn.Module):
         x = self.embedding(tokens, token_types, context, table)
         N = tokens.shape[1]
         bias = None if self.relative_bias is None else self.relative_bias(N, context + N, tokens.device)
-        rope = (None, None) if self.d_head is None else rotary_tables(context, N, self.d_head, x.device, x.dtype)
+        if self.alibi_heads:
+            bias = alibi_bias(self.alibi_heads, N, context + N, x.device, x.dtype)
+        rope = (None, None) if self.rotated is None else rotary_tables(context, N, self.rotated, x.device, x.dtype)
         for block in self.blocks:
             if self.recompute_blocks and torch.is_grad_enabled():  # full recomputation: the block's input kept
                 x = checkpoint(block, x, context, bias, memory, src_len, *rope, use_reentrant=False,
@@ -530,7 +559,7 @@ class Transformer(nn.Module):
             self._stack = [stack]  # not registered: its modules are this model's own
             token_table = self.embedding.token
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
-        self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False) if spec.lm_head else None
+        self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias) if spec.lm_head else None
         if self.head is not None and spec.tie_embeddings:
             self.head.weight = token_table.weight
 
