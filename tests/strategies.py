@@ -42,6 +42,8 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         fields["rotary_dim"] = draw(st.integers(1, d_head))
     if fields["lm_head"] and not fields["tie_embeddings"]:
         fields["head_bias"] = draw(st.booleans())
+    if not is_encdec:
+        fields["attention_sinks"] = draw(st.booleans())
     if is_encdec:
         fields |= dict(n_encoder_layers=draw(st.integers(1, max_layers)), shared_embeddings=draw(st.booleans()))
     else:
@@ -64,7 +66,7 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         n_shared = draw(st.integers(0, 2))
         fields |= dict(n_experts=n_experts, top_k=draw(st.integers(1, n_experts)), n_shared_experts=n_shared,
                        d_expert=draw(st.integers(1, 24)), d_shared_expert=draw(st.integers(1, 24)),
-                       shared_expert_gate=n_shared > 0 and draw(st.booleans()),
+                       shared_expert_gate=n_shared > 0 and draw(st.booleans()), router_bias=draw(st.booleans()),
                        first_dense_layers=draw(st.integers(0, n_layers)), moe_every=draw(st.integers(1, 3)))
     if not is_encdec and not is_moe and "sliding_window" not in fields and draw(st.booleans()):
         fields["shared_blocks"] = draw(st.integers(1, n_layers))  # ALBERT's shared parameters

@@ -309,6 +309,9 @@ BASE = {
                         sliding_window=8, sliding_window_pattern=3, query_pre_attn_scalar=24),
     "albert": dict(num_hidden_layers=4, num_hidden_groups=2, hidden_size=64, embedding_size=16, num_attention_heads=4,
                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, type_vocab_size=2),
+    "gpt_oss": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
+                    num_local_experts=4, num_experts_per_tok=2, attention_bias=False),
 }
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
@@ -592,6 +595,9 @@ DIRECT |= {
     "albert": dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads",
                    intermediate_size="d_ff", vocab_size="vocab_size", max_position_embeddings="max_positions",
                    type_vocab_size="n_token_types", embedding_size="d_embedding", num_hidden_groups="shared_blocks"),
+    "gpt_oss": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window",
+                                      num_local_experts="n_experts", num_experts="n_experts",
+                                      num_experts_per_tok="top_k"),
 }
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 

@@ -15,7 +15,7 @@ EXPECTED = {
     "phi3-mini", "phi4", "gemma-2b", "gemma-7b", "starcoder",
     "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "gemma2-9b", "gemma2-27b", "gemma3-27b", "olmo2-7b",
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
-    "albert-base-v2", "albert-xxlarge-v2",
+    "albert-base-v2", "albert-xxlarge-v2", "gpt-oss-20b", "gpt-oss-120b",
 }
 
 

@@ -77,6 +77,11 @@ class ModelSpec(BaseModel):
                             "Cohere); two_norms: x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX, Falcon-40B). "
                             "none: the MLP after attention. Only with norm_position pre."
     )
+    attention_sinks: bool = Field(
+        False, description="A learned logit per query head in each self-attention block (gpt-oss's sinks): a "
+                           "column of the softmax that takes probability mass and mixes no value; H parameters "
+                           "per block, no matmul."
+    )
     final_norm: bool = Field(True, description="A norm after the last block.")
     bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
     qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
@@ -143,6 +148,7 @@ class ModelSpec(BaseModel):
     d_expert: Size | None = Field(None, description="Hidden width of one routed expert; default d_ff.")
     d_shared_expert: Size | None = Field(None, description="Hidden width of one shared expert; default d_expert.")
     shared_expert_gate: bool = Field(False, description="A sigmoid gate D->1 on the shared experts (Qwen2-MoE).")
+    router_bias: bool = Field(False, description="A bias on the router's linear, one per expert (gpt-oss).")
     first_dense_layers: Count = Field(0, description="MoE models: the first k blocks have a dense MLP of width "
                                                      "d_ff (DeepSeek's first_k_dense_replace).")
     moe_every: Size = Field(1, description="MoE models: block i (from 0) is MoE when (i + 1) % moe_every == 0 "
@@ -192,7 +198,7 @@ class ModelSpec(BaseModel):
         if self.top_k > self.n_experts:
             problems.append(f"top_k={self.top_k} is greater than n_experts={self.n_experts}")
         if self.n_experts == 1:
-            for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate",
+            for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate", "router_bias",
                           "first_dense_layers"):
                 value = getattr(self, field)
                 if value:
@@ -232,6 +238,9 @@ class ModelSpec(BaseModel):
                                     f"encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
         elif not self.shared_embeddings:
             problems.append("shared_embeddings=False needs an encoder-decoder (n_encoder_layers > 0)")
+        if self.attention_sinks and self.n_encoder_layers:
+            problems.append(f"attention_sinks=True is for decoder- or encoder-only models (cross-attention has no "
+                            f"sinks), not an encoder-decoder (n_encoder_layers={self.n_encoder_layers})")
         if self.qk_norm != "none" and self.n_encoder_layers:
             problems.append(f"qk_norm={self.qk_norm!r} is for decoder- or encoder-only models (cross-attention has "
                             f"no q/k norms), not an encoder-decoder (n_encoder_layers={self.n_encoder_layers})")

@@ -102,12 +102,12 @@ def embedding(ctx: Ctx) -> list[Op]:
     return ops
 
 
-def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask) -> AttentionCore:
+def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask, sinks: int = 0) -> AttentionCore:
     spec = ctx.spec
     cached = ctx.stack.name != "encoder" and spec.causal  # a decoder keeps its keys and values for the next step
     # q: [B, H, s_q, dh] @ k^T: [B, H, dh, s_k]; probs: [B, H, s_q, s_k] @ v: [B, H, s_k, dh]; k, v from Hkv heads
     return AttentionCore(ctx.name(component), ctx.b, spec.n_heads, s_q, s_k, spec.d_head, spec.d_head, mask,
-                         spec.n_kv_heads, cached)
+                         spec.n_kv_heads, cached, sinks)
 
 
 def _sublayer(ctx: Ctx, sublayer: str, ops: list[Op]) -> list[Op]:
@@ -143,10 +143,19 @@ def attention(ctx: Ctx) -> list[Op]:
         Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias,
                split="column"),
         *_qk_norms(ctx),
-        _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window)),
+        *_sinks(ctx),
+        _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
+                        sinks=int(spec.attention_sinks)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
     ])
+
+
+def _sinks(ctx: Ctx) -> list[Op]:
+    """gpt-oss's attention sinks: one learned logit per query head, a column of each softmax row beside the keys'
+    scores (no value mixed: it only takes probability mass). Parameters [H], no matmul; tensor parallelism splits
+    them with the heads."""
+    return [Table(ctx.name("attention/sinks"), 1, ctx.spec.n_heads, "sinks")] if ctx.spec.attention_sinks else []
 
 
 @builder("cross_attention")
@@ -194,7 +203,7 @@ def moe(ctx: Ctx) -> list[Op]:
     assumed: the rows are all the token-expert pairs), shared experts every token goes through, their gate."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
     E, k = spec.n_experts, spec.top_k
-    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E),  # x: [T, D] @ W_router: [D, E]
+    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias),  # x: [T, D] @ W_router: [D, E]
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
     # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token

@@ -65,6 +65,7 @@ class AttentionCore:
     mask: Mask
     h_kv: int = 0  # 0: h (one key/value head per query head)
     cached: bool = False
+    sinks: int = 0  # logit columns the softmax has beside the keys' (gpt-oss's attention sinks: 1), no value
 
     @property
     def kv_heads(self) -> int:
@@ -78,7 +79,7 @@ class Table:
     component: str
     rows: int
     dim: int
-    kind: str = "token"  # "token", "position" (learned or relative-bias) or "token_type"
+    kind: str = "token"  # "token", "position" (learned or relative-bias), "token_type" or "sinks" ([1, H])
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,8 @@ def non_matmul(inv: Inventory) -> Breakdown:
     c: dict[str, int] = defaultdict(int)
     for op, repeat in inv:
         if isinstance(op, AttentionCore):
-            c["attention/softmax"] += repeat * op.b * op.h * op.s_q * op.s_k * SOFTMAX_PER_SCORE
+            # a sink (gpt-oss) is one more logit in each softmax row
+            c["attention/softmax"] += repeat * op.b * op.h * op.s_q * (op.s_k + op.sinks) * SOFTMAX_PER_SCORE
         elif isinstance(op, Norm):
             c["norms"] += repeat * op.rows * op.width * NORM_PER_ELEMENT[op.kind]
         elif isinstance(op, Elementwise):

@@ -204,6 +204,8 @@ def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool
             weight, bias = op.k * op.n, op.n
         return ([weight] + ([bias] if op.bias else [])) * matrices, expert
     if isinstance(op, Table):
+        if op.kind == "sinks":  # one logit per query head: split with the heads
+            return [op.rows * _ceil(op.dim, tp)], False
         return [(_ceil(op.rows, tp) if op.kind == "token" else op.rows) * op.dim], False
     if isinstance(op, Norm):
         return [op.width] * (2 if op.kind == "layernorm" else 1), False
@@ -242,7 +244,7 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
         kv = op.b * op.kv_heads * op.s_k * (op.d_qk + op.d_v)
         saved = {"qkv": part(q * a, tp) + part(kv * a, tp)}
         if recompute == "none":
-            saved["probabilities"] = part(op.b * op.h * op.s_q * op.s_k * a, tp)
+            saved["probabilities"] = part(op.b * op.h * op.s_q * (op.s_k + op.sinks) * a, tp)  # with a sink's column
         return saved
     if isinstance(op, Elementwise) and op.kind == "activation":
         # the activation keeps its input (relu: its output, which the next op keeps anyway); gated, the multiply

@@ -233,12 +233,14 @@ class AttentionCore(nn.Module):
         self.causal, self.window, self.explicit = causal, window, explicit
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                bias: torch.Tensor | None = None) -> torch.Tensor:
+                bias: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+        """`sinks`: one logit per query head [H] (gpt-oss), a column of each softmax row beside the keys' scores;
+        SDPA has none, so with sinks the explicit path runs (the same matmuls)."""
         s_q, s_k = int(q.shape[-2]), int(k.shape[-2])  # ints, also under fvcore's jit trace
         H, Hkv = int(q.shape[1]), int(k.shape[1])
         plain_causal = bool(self.causal and self.window is None and s_q == s_k and bias is None)
         keep = None if plain_causal else keep_mask(s_q, s_k, self.causal, self.window, q.device)
-        if not self.explicit:
+        if not self.explicit and sinks is None:
             if Hkv != H:  # GQA/MQA: each key/value head serves H / Hkv query heads
                 k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
             mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
@@ -255,8 +257,26 @@ class AttentionCore(nn.Module):
             blocked = torch.zeros(keep.shape, dtype=scores.dtype, device=scores.device)
             blocked = blocked.masked_fill(~keep, float("-inf"))
             scores = scores + (blocked if g == 1 else blocked.repeat(g, 1))
-        y = scores.softmax(-1) @ v  # [B, Hkv, g s_q, s_k] @ [B, Hkv, s_k, dh]
+        probs = scores.softmax(-1) if sinks is None else _sink_softmax(scores, sinks, g, s_q)
+        y = probs @ v  # [B, Hkv, g s_q, s_k] @ [B, Hkv, s_k, dh]
         return y if g == 1 else y.reshape(B, H, s_q, dh)
+
+
+def _sink_softmax(scores: torch.Tensor, sinks: torch.Tensor, g: int, s_q: int) -> torch.Tensor:
+    """softmax over each row's scores [B, Hkv, g s_q, s_k] and its query head's sink logit, the sink's column then
+    dropped (a view: the one [.., s_k + 1] softmax output is what backward keeps). No matmul."""
+    B, Hkv = int(scores.shape[0]), int(scores.shape[1])
+    column = sinks.to(scores.dtype).view(Hkv, g, 1, 1).expand(Hkv, g, s_q, 1).reshape(1, Hkv, g * s_q, 1)
+    logits = torch.cat([scores, column.expand(B, Hkv, g * s_q, 1)], dim=-1)
+    return logits.softmax(-1)[..., :-1]
+
+
+class Sinks(nn.Module):
+    """The `attention/sinks` record: one learned logit per query head (weight [H]), read by the attention core."""
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(heads))
 
 
 def _heads(x: torch.Tensor, heads: int, d_head: int) -> torch.Tensor:
@@ -265,11 +285,11 @@ def _heads(x: torch.Tensor, heads: int, d_head: int) -> torch.Tensor:
     return x.view(B, N, heads, d_head).transpose(1, 2)
 
 
-def _run_core(core: AttentionCore, recompute: bool, q, k, v, bias=None) -> torch.Tensor:
+def _run_core(core: AttentionCore, recompute: bool, q, k, v, bias=None, sinks=None) -> torch.Tensor:
     """The core, under torch.utils.checkpoint when it is recomputed in backward (selective recomputation)."""
     if recompute and torch.is_grad_enabled():
-        return checkpoint(core, q, k, v, bias, use_reentrant=False, preserve_rng_state=False)
-    return core(q, k, v, bias)
+        return checkpoint(core, q, k, v, bias, sinks, use_reentrant=False, preserve_rng_state=False)
+    return core(q, k, v, bias, sinks)
 
 
 def _cached(new: torch.Tensor, context: int) -> torch.Tensor:
@@ -288,6 +308,7 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
         self.qkv = nn.Linear(spec.d_model, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias)
         self.core = AttentionCore(causal, layer.window, explicit)
+        self.sinks = Sinks(spec.n_heads) if spec.attention_sinks else None
         self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
         self.rotary = spec.positions == "rotary"
         self.recompute_core = recompute == "selective"
@@ -315,7 +336,7 @@ class Attention(nn.Module):
             q, k = rotary(q, context, rope), rotary(k, context, rope)
         # q, k, v each in its own storage: the fused projection's output is not kept alive by views of it
         q, k, v = q.contiguous(), _cached(k, context).contiguous(), _cached(v, context).contiguous()
-        y = _run_core(self.core, self.recompute_core, q, k, v, bias)
+        y = _run_core(self.core, self.recompute_core, q, k, v, bias, None if self.sinks is None else self.sinks.weight)
         return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
 
 
@@ -376,7 +397,7 @@ class MoE(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.top_k = spec.top_k
-        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=False)
+        self.router = nn.Linear(spec.d_model, spec.n_experts, bias=spec.router_bias)
         self.experts = nn.ModuleList(MLP(spec, spec.d_expert) for _ in range(spec.n_experts))
         self.shared = nn.ModuleList(MLP(spec, spec.d_shared_expert) for _ in range(spec.n_shared_experts))
         self.shared_gate = nn.Linear(spec.d_model, 1, bias=False) if spec.shared_expert_gate else None

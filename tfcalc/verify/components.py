@@ -17,7 +17,7 @@ _RULES = [
     (r"relative_bias\.table", "attention/relative_bias"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_norm", r"\1/norm"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_post_norm", r"\1/post_norm"),
-    (r"blocks\.\d+\.attention\.(qkv|q_norm|k_norm|core|out)", r"attention/\1"),
+    (r"blocks\.\d+\.attention\.(qkv|q_norm|k_norm|core|out|sinks)", r"attention/\1"),
     (r"blocks\.\d+\.cross_attention\.(q|kv|core|out)", r"cross_attention/\1"),
     (r"blocks\.\d+\.mlp\.(up|gate|down)", r"mlp/\1"),
     (r"blocks\.\d+\.moe\.router", "moe/router"),

@@ -10,7 +10,8 @@ a small table of module names per family (FAMILIES); a name no rule maps is a ro
 MoE on meta: transformers' eager experts pick their tokens with `nonzero`, which has no meta kernel (no data to
 route on). Their forward is replaced, on the instance, by a round robin over the same weights: token slot s = t*k + j
 goes to expert s mod E, each expert one F.linear over its gate_up_proj and one over its down_proj, as the eager path
-runs them; every token passes through k experts, as with real routing, so the FLOPs are those of any routing.
+runs them (gpt-oss's transposed experts with biases: x @ W + b, as its eager loop does); every token passes
+through k experts, as with real routing, so the FLOPs are those of any routing.
 
 For a model_type tfcalc does not model but transformers does (`traced`), the totals are reported as traced.
 """
@@ -373,9 +374,20 @@ def _round_robin_experts(self, hidden_states, top_k_index, top_k_weights):
         if n == 0:
             continue
         x = hidden_states[:n]  # n <= tokens, as k <= experts
+        if _transposed_with_biases(self):  # gpt-oss: x @ W[e] + b[e], its own gate (interleaved, clamped)
+            h = self._apply_gate(x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e])
+            h = h @ self.down_proj[e] + self.down_proj_bias[e]
+            continue
         gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
         F.linear(self.act_fn(gate) * up, self.down_proj[e])
     return torch.zeros_like(hidden_states)
+
+
+def _transposed_with_biases(module) -> bool:
+    """gpt-oss's experts: gate_up_proj [E, D, 2F] and down_proj [E, F, D] applied as x @ W, with biases [E, 2F] and
+    [E, D], and their own _apply_gate."""
+    return (getattr(module, "is_transposed", False) is True and hasattr(module, "_apply_gate")
+            and all(hasattr(module, n) for n in ("gate_up_proj_bias", "down_proj_bias")))
 
 
 def _route_experts_round_robin(model) -> int:
@@ -383,8 +395,9 @@ def _route_experts_round_robin(model) -> int:
     routed = 0
     for module in model.modules():
         weights = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
-        if all(getattr(w, "ndim", 0) == 3 for w in weights) and hasattr(module, "act_fn"):
-            if any(n.endswith("_bias") for n, _ in module.named_parameters(recurse=False)):
+        transposed = _transposed_with_biases(module)
+        if all(getattr(w, "ndim", 0) == 3 for w in weights) and (hasattr(module, "act_fn") or transposed):
+            if not transposed and any(n.endswith("_bias") for n, _ in module.named_parameters(recurse=False)):
                 raise TfcalcError(f"{type(module).__name__}: experts with biases are not traced on meta yet")
             module.forward = types.MethodType(_round_robin_experts, module)
             routed += 1
@@ -537,8 +550,8 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder)
     params = parameters(model)
     by_module: Counter[str] = Counter()
-    for name, n in params.items():
-        by_module[name.rpartition(".")[0]] += n
+    for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
+        by_module[name if component_of(model_type, name) is not None else name.rpartition(".")[0]] += n
     explain = _explainer(model_type, raw, spec)
     if model_type not in FAMILIES:
         notes.append(f"no name table for {model_type}: totals compared, not components")
