@@ -72,6 +72,15 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         fields["shared_blocks"] = draw(st.integers(1, n_layers))  # ALBERT's shared parameters
     if not is_encdec and not fields["lm_head"] and draw(st.booleans()):
         fields["d_embedding"] = draw(st.integers(1, 16))  # ALBERT's factorised embedding
+    if (positions == "rotary" and not is_encdec and fields.get("qk_norm", "none") == "none"
+            and fields.get("parallel_block", "none") == "none" and not fields.get("attention_sinks")
+            and "shared_blocks" not in fields and "d_embedding" not in fields and draw(st.booleans())):
+        # multi-head latent attention (DeepSeek): d_head, n_kv_heads and rotary_dim follow from its own widths
+        for derived in ("d_head", "n_kv_heads", "rotary_dim"):
+            fields.pop(derived, None)
+        fields |= dict(kv_lora_rank=draw(st.integers(1, 12)), q_lora_rank=draw(st.none() | st.integers(1, 12)),
+                       qk_nope_dim=draw(st.integers(1, 6)), qk_rope_dim=2 * draw(st.integers(1, 3)),
+                       v_head_dim=draw(st.integers(1, 6)))
     return ModelSpec(**fields)
 
 

@@ -312,6 +312,16 @@ BASE = {
     "gpt_oss": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                     intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
                     num_local_experts=4, num_experts_per_tok=2, attention_bias=False),
+    "deepseek_v2": dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=96,
+                        moe_intermediate_size=32, max_position_embeddings=32, vocab_size=100, n_routed_experts=4,
+                        num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=1, q_lora_rank=16,
+                        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                        topk_method="group_limited_greedy", n_group=2, topk_group=1),
+    "deepseek_v3": dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                        intermediate_size=96, moe_intermediate_size=32, max_position_embeddings=32, vocab_size=100,
+                        n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                        q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                        n_group=2, topk_group=1),
 }
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
@@ -598,6 +608,11 @@ DIRECT |= {
     "gpt_oss": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window",
                                       num_local_experts="n_experts", num_experts="n_experts",
                                       num_experts_per_tok="top_k"),
+    **dict.fromkeys(("deepseek_v2", "deepseek_v3"), dict(
+        num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads", intermediate_size="d_ff",
+        vocab_size="vocab_size", tie_word_embeddings="tie_embeddings", kv_lora_rank="kv_lora_rank",
+        q_lora_rank="q_lora_rank", qk_nope_head_dim="qk_nope_dim", qk_rope_head_dim="qk_rope_dim",
+        v_head_dim="v_head_dim", num_experts_per_tok="top_k")),
 }
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 

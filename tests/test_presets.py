@@ -16,6 +16,7 @@ EXPECTED = {
     "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "gemma2-9b", "gemma2-27b", "gemma3-27b", "olmo2-7b",
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
     "albert-base-v2", "albert-xxlarge-v2", "gpt-oss-20b", "gpt-oss-120b",
+    "deepseek-v3", "deepseek-v2", "deepseek-v2-lite",
 }
 
 

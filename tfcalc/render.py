@@ -137,6 +137,9 @@ def describe(spec: ModelSpec) -> str:
     parts = [*layers, f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
     if spec.n_kv_heads != spec.n_heads:
         parts.append(f"kv_heads={spec.n_kv_heads}")
+    if getattr(spec, "is_mla", False):  # multi-head latent attention: d_head = qk_nope + qk_rope
+        parts.append(f"MLA(kv_lora={spec.kv_lora_rank} q_lora={spec.q_lora_rank} qk={spec.qk_nope_dim}+"
+                     f"{spec.qk_rope_dim} v={spec.v_head_dim})")
     parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}", f"N={spec.seq_len}", f"B={spec.batch_size}"]
     if spec.is_moe:
         parts.append(f"experts={spec.n_experts} top_k={spec.top_k}")

@@ -154,6 +154,26 @@ class ModelSpec(BaseModel):
     moe_every: Size = Field(1, description="MoE models: block i (from 0) is MoE when (i + 1) % moe_every == 0 "
                                            "(Qwen2-MoE's decoder_sparse_step); the others are dense.")
 
+    # multi-head latent attention (DeepSeek-V2, V3): set by kv_lora_rank; see docs/formulas.md
+    kv_lora_rank: Size | None = Field(
+        None, description="Multi-head latent attention (MLA; DeepSeek-V2, V3): keys and values come from a latent of "
+                          "this width per token (kv_a: D -> kv_lora_rank + qk_rope_dim, an RMS/layer norm over the "
+                          "latent, kv_b: kv_lora_rank -> H * (qk_nope_dim + v_head_dim)); the KV cache keeps the "
+                          "latent and the shared rotary key (kv_lora_rank + qk_rope_dim per token and layer). "
+                          "None: ordinary attention."
+    )
+    q_lora_rank: Size | None = Field(
+        None, description="MLA: queries through a low-rank latent (q_a: D -> q_lora_rank, a norm, q_b: q_lora_rank -> "
+                          "H * (qk_nope_dim + qk_rope_dim)); None: one projection D -> H * (qk_nope_dim + qk_rope_dim)."
+    )
+    qk_nope_dim: Size | None = Field(None, description="MLA: channels of each query and key head without rotary "
+                                                       "(DeepSeek's qk_nope_head_dim). Required with kv_lora_rank.")
+    qk_rope_dim: Size | None = Field(None, description="MLA: rotary channels of each query head and of the one key "
+                                                       "all heads share (qk_rope_head_dim). Required with "
+                                                       "kv_lora_rank.")
+    v_head_dim: Size | None = Field(None, description="MLA: width of each value head (v_head_dim). Required with "
+                                                      "kv_lora_rank.")
+
     # encoder-decoder
     shared_embeddings: bool = Field(True, description="Encoder and decoder share one token embedding "
                                                       "(encoder-decoder only).")
@@ -161,6 +181,7 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _derive_and_check(self) -> ModelSpec:
         problems: list[str] = []
+        self._check_mla(problems)  # first: MLA derives d_head (qk_nope_dim + qk_rope_dim)
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 problems.append(
@@ -277,6 +298,49 @@ class ModelSpec(BaseModel):
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
+
+    def _check_mla(self, problems: list[str]) -> None:
+        """Multi-head latent attention: its fields together, d_head = qk_nope_dim + qk_rope_dim (the query/key head),
+        one key/value head per query head, rotary on the qk_rope_dim channels (rotary_dim)."""
+        mla = ("qk_nope_dim", "qk_rope_dim", "v_head_dim")
+        if self.kv_lora_rank is None:
+            for field in ("q_lora_rank", *mla):
+                if getattr(self, field) is not None:
+                    problems.append(f"{field}={getattr(self, field)} is a multi-head latent attention field: it needs "
+                                    "kv_lora_rank")
+            return
+        where = f"kv_lora_rank={self.kv_lora_rank} (multi-head latent attention)"
+        missing = [field for field in mla if getattr(self, field) is None]
+        if missing:
+            problems.append(f"{where} needs {', '.join(missing)}")
+            return
+        d_qk = self.qk_nope_dim + self.qk_rope_dim
+        if self.d_head is None:
+            self._set("d_head", d_qk)
+        elif self.d_head != d_qk:
+            problems.append(f"d_head={self.d_head}: with {where} a query/key head is qk_nope_dim + qk_rope_dim = "
+                            f"{d_qk}; leave d_head out")
+        if self.n_kv_heads is not None and self.n_kv_heads != self.n_heads:
+            problems.append(f"n_kv_heads={self.n_kv_heads}: with {where} every query head has its own key and value "
+                            f"(expanded from the latent), n_kv_heads = n_heads = {self.n_heads}")
+        if self.positions != "rotary":
+            problems.append(f"positions={self.positions!r}: {where} has rotary positions (on its qk_rope_dim "
+                            "channels)")
+        elif self.rotary_dim is None:
+            self._set("rotary_dim", self.qk_rope_dim)
+        elif self.rotary_dim != self.qk_rope_dim:
+            problems.append(f"rotary_dim={self.rotary_dim}: with {where} rotary turns the qk_rope_dim="
+                            f"{self.qk_rope_dim} channels; leave rotary_dim out")
+        for field, bad in (("n_encoder_layers", self.n_encoder_layers), ("qk_norm", self.qk_norm != "none"),
+                           ("attention_sinks", getattr(self, "attention_sinks", False)),
+                           ("parallel_block", getattr(self, "parallel_block", "none") != "none")):
+            if bad:
+                problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank is set)."""
+        return self.kv_lora_rank is not None
 
     def _set(self, field: str, value: int) -> None:
         # The model is frozen; derived defaults are filled in once, here, and are not marked as given.

@@ -138,6 +138,8 @@ def attention(ctx: Ctx) -> list[Op]:
     """Self-attention: norm, fused q/k/v projection, q/k norms, scores and value mixing, output projection,
     residual."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
+    if spec.is_mla:
+        return _sublayer(ctx, "attention", _mla_attention(ctx))
     return _sublayer(ctx, "attention", [
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh]
         Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias,
@@ -149,6 +151,43 @@ def attention(ctx: Ctx) -> list[Op]:
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
     ])
+
+
+def _mla_attention(ctx: Ctx) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2, V3), the ops between the sublayer's norms. Keys and values come from
+    a latent of kv_lora_rank per token (kv_a, "with MQA": it also gives one rotary key of qk_rope_dim that every head
+    shares), normed, expanded per head by kv_b; queries from q_a, its norm and q_b (or one projection q). The core
+    has query/key heads of qk_nope_dim + qk_rope_dim and value heads of v_head_dim, one key/value head per query head.
+
+    The cache keeps the latent and the rotary key (cache_width kv_lora_rank + qk_rope_dim), so kv_b re-expands every
+    cached token's latent in each step: its rows are all the keys (context and new tokens), as transformers' eager
+    path runs it (serving engines absorb kv_b into the query and output projections in decode: not modelled).
+    Tensor parallelism (Megatron, DeepSeek): q_b and kv_b split by heads (column), out by rows; the down
+    projections q_a and kv_a and their norms are whole on every GPU. kv_a comes first: q_a (or q) reads the same
+    normalised x (kept once)."""
+    spec, t, D, H = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.n_heads
+    r_kv, rope, nope, d_v = spec.kv_lora_rank, spec.qk_rope_dim, spec.qk_nope_dim, spec.v_head_dim
+    bias = spec.has_qkv_bias  # on the projections of x (kv_a, q_a or q), as DeepSeek's attention_bias
+    ops: list[Op] = [
+        Matmul(ctx.name("attention/kv_a"), t, D, r_kv + rope, bias=bias),  # x: [T, D] @ [D, r_kv + rope]
+        Norm(ctx.name("attention/kv_a_norm"), spec.norm, t, r_kv),  # the latent [T, r_kv]
+    ]
+    if spec.q_lora_rank is not None:
+        ops += [Matmul(ctx.name("attention/q_a"), t, D, spec.q_lora_rank, bias=bias, shares_input=True),
+                Norm(ctx.name("attention/q_a_norm"), spec.norm, t, spec.q_lora_rank),
+                # [T, r_q] @ [r_q, H*(nope+rope)]
+                Matmul(ctx.name("attention/q_b"), t, spec.q_lora_rank, H * (nope + rope), split="column")]
+    else:  # x: [T, D] @ [D, H*(nope+rope)]
+        ops.append(Matmul(ctx.name("attention/q"), t, D, H * (nope + rope), bias=bias, split="column",
+                          shares_input=True))
+    cached = ctx.stack.name != "encoder" and spec.causal
+    return ops + [
+        # every key's latent, cached and new: [B*keys, r_kv] @ [r_kv, H*(nope+v)]
+        Matmul(ctx.name("attention/kv_b"), ctx.b * ctx.keys, r_kv, H * (nope + d_v), split="column"),
+        AttentionCore(ctx.name("attention"), ctx.b, H, ctx.s, ctx.keys, nope + rope, d_v,
+                      Mask(ctx.stack.causal, ctx.layer.window), H, cached, cache_width=r_kv + rope),
+        Matmul(ctx.name("attention/out"), t, H * d_v, D, bias=spec.bias, split="row"),  # [T, H*v] @ [H*v, D]
+    ]
 
 
 def _sinks(ctx: Ctx) -> list[Op]:

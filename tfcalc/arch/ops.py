@@ -66,10 +66,18 @@ class AttentionCore:
     h_kv: int = 0  # 0: h (one key/value head per query head)
     cached: bool = False
     sinks: int = 0  # logit columns the softmax has beside the keys' (gpt-oss's attention sinks: 1), no value
+    # elements the KV cache keeps per token (all heads); 0: kv_heads * (d_qk + d_v), the keys and values themselves.
+    # Multi-head latent attention caches its latent and shared rotary key instead: kv_lora_rank + qk_rope_dim
+    cache_width: int = 0
 
     @property
     def kv_heads(self) -> int:
         return self.h_kv or self.h
+
+    @property
+    def cached_per_token(self) -> int:
+        """Elements one token adds to this attention's KV cache (`cache_width`, else keys and values)."""
+        return self.cache_width or self.kv_heads * (self.d_qk + self.d_v)
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,6 +340,58 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
 
 
+class LatentAttention(nn.Module):
+    """The `attention` builder for multi-head latent attention (kv_lora_rank set; DeepSeek-V2, V3): kv_a gives the
+    latent [B, N, kv_lora_rank] (normed by kv_a_norm) and one rotary key [B, 1, N, qk_rope_dim] all heads share;
+    q_a, q_a_norm, q_b (or q) the queries. Rotary turns only the rope channels (the last qk_rope_dim of each query
+    head and the shared key); the nope channels are not rotated. With cached tokens the cache holds the latent and
+    the rotary key (zeros here), and kv_b expands every key's latent, cached and new, per head into nope keys and
+    values, as transformers' eager path does. The core sees query/key heads of qk_nope_dim + qk_rope_dim and value
+    heads of v_head_dim, one key/value head per query head."""
+
+    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
+        super().__init__()
+        D, H, bias = spec.d_model, spec.n_heads, spec.has_qkv_bias
+        self.n_heads, self.r_kv, self.d_rope = H, spec.kv_lora_rank, spec.qk_rope_dim
+        self.d_nope, self.d_v = spec.qk_nope_dim, spec.v_head_dim
+        d_qk = self.d_nope + self.d_rope
+        self.kv_a = nn.Linear(D, self.r_kv + self.d_rope, bias=bias)
+        self.kv_a_norm = make_norm(spec, self.r_kv)
+        if spec.q_lora_rank is not None:
+            self.q_a = nn.Linear(D, spec.q_lora_rank, bias=bias)
+            self.q_a_norm = make_norm(spec, spec.q_lora_rank)
+            self.q_b = nn.Linear(spec.q_lora_rank, H * d_qk, bias=False)
+            self.q = None
+        else:
+            self.q_a = self.q_a_norm = self.q_b = None
+            self.q = nn.Linear(D, H * d_qk, bias=bias)
+        self.kv_b = nn.Linear(self.r_kv, H * (self.d_nope + self.d_v), bias=False)
+        self.core = AttentionCore(causal, layer.window, explicit)
+        self.out = nn.Linear(H * self.d_v, D, bias=spec.bias)
+        self.recompute_core = recompute == "selective"
+
+    def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        B, N, _ = x.shape
+        H, nope, d_rope, d_v = self.n_heads, self.d_nope, self.d_rope, self.d_v
+        latent, k_rope = self.kv_a(x).split([self.r_kv, d_rope], dim=-1)
+        # [B, N, r_kv]: the norm keeps a copy of its own (clone: .contiguous() of a view whose other dims are 1
+        # would return the view, and keep the whole kv_a output alive)
+        latent = self.kv_a_norm(latent.clone())
+        q = self.q(x) if self.q is not None else self.q_b(self.q_a_norm(self.q_a(x)))
+        q_nope, q_rope = _heads(q, H, nope + d_rope).split([nope, d_rope], dim=-1)
+        k_rope = k_rope.unsqueeze(1)  # [B, 1, N, rope]: one rotary key for every head
+        q_rope, k_rope = rotary(q_rope, context, rope), rotary(k_rope, context, rope)
+        if context:  # the cached latents and rotary keys before the new ones
+            latent = torch.cat([latent.new_zeros(B, context, self.r_kv), latent], dim=1)
+            k_rope = _cached(k_rope, context)
+        k_nope, v = _heads(self.kv_b(latent), H, nope + d_v).split([nope, d_v], dim=-1)
+        q = torch.cat([q_nope, q_rope], dim=-1)
+        k = torch.cat([k_nope, k_rope.expand(-1, H, -1, -1)], dim=-1)
+        y = _run_core(self.core, self.recompute_core, q, k, v.clone(), bias)  # v in its own storage
+        return self.out(y.transpose(1, 2).reshape(B, N, H * d_v))
+
+
 class CrossAttention(nn.Module):
     """The `cross_attention` builder: queries from the decoder, keys and values from the encoder's output, or,
     in decode, from the cache (`src_len` of them)."""
@@ -453,7 +505,7 @@ class Block(nn.Module):
         self.parallel = spec.parallel_block
         if self.parallel == "one_norm":  # the MLP reads attention's normalised input
             self.mlp_norm = None
-        self.attention = Attention(spec, layer, causal, explicit, recompute)
+        self.attention = (LatentAttention if spec.is_mla else Attention)(spec, layer, causal, explicit, recompute)
         if layer.cross:
             self.cross_attention = CrossAttention(spec, explicit, recompute)
         if layer.moe:
@@ -560,12 +612,14 @@ class Transformer(nn.Module):
     attention core under torch.utils.checkpoint) or "full" (each block)."""
 
     def __init__(self, spec: ModelSpec, workload: Workload | None = None, explicit_attention: bool = False,
-                 recompute: str = "none"):
+                 recompute: str = "none", stack_layout: list[Stack] | None = None):
         super().__init__()
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
         self.spec, self.workload, self.recompute = spec, workload or default_workload(spec), recompute
-        all_stacks = stacks(spec)
+        # stack_layout: the stacks to build, default stacks(spec) (`tfcalc check` folds a big model's repeated
+        # blocks by passing stacks of one block of each kind: tfcalc.verify.folding)
+        all_stacks = stack_layout or stacks(spec)
         if spec.is_encoder_decoder:
             shared = spec.shared_embeddings
             self.embedding = nn.Module()
@@ -602,7 +656,7 @@ class Transformer(nn.Module):
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
                 explicit_attention: bool = False, workload: Workload | None = None,
-                recompute: str = "none") -> Transformer:
+                recompute: str = "none", stack_layout: list[Stack] | None = None) -> Transformer:
     """The reference model, its parameters created directly on `device` and in `dtype` (on meta, nothing is
     allocated). Built in fp32 and then cast, a bf16 model would briefly hold both copies: 1.5x its weights.
     `recompute`: see `Transformer`."""
@@ -610,7 +664,7 @@ def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: tor
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = Transformer(spec, workload, explicit_attention, recompute)
+            model = Transformer(spec, workload, explicit_attention, recompute, stack_layout)
     finally:
         torch.set_default_dtype(previous)
     return model

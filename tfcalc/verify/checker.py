@@ -9,7 +9,7 @@ from ..arch import Workload
 from ..counts import count
 from ..errors import TfcalcError
 from ..spec import ModelSpec
-from . import counters
+from . import counters, folding
 from .components import comparable, component_of_parameter
 
 DEVICES = ("meta", "cpu", "cuda")
@@ -97,9 +97,10 @@ class CheckReport:
 
 
 def check(spec: ModelSpec, device: str = "meta", train: bool = False,
-          workload: Workload | None = None) -> CheckReport:
+          workload: Workload | None = None, fold: bool | None = None) -> CheckReport:
     """Build the reference model on `device` for `workload` (default: the spec's train step) and compare every
-    count with FlopCounterMode and fvcore."""
+    count with FlopCounterMode and fvcore. `fold`: build one block of each kind and count it once per block of that
+    kind (tfcalc.verify.folding); None: only for a model with more than FOLD_EXPERTS expert modules."""
     torch = _import_torch()
     from ..reference import build_model, example_inputs
 
@@ -109,11 +110,12 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
         raise TfcalcError(f"train=True with phase={workload.phase!r}: a train step is counted for phase 'train' "
                           "only")
     device = _validate_device(torch, device, spec)
-    model = build_model(spec, device, workload=workload)
+    layout, repeats = folding.fold(spec) if (folding.should_fold(spec) if fold is None else fold) else (None, None)
+    model = build_model(spec, device, workload=workload, stack_layout=layout)
     inputs = example_inputs(spec, device, workload)
 
-    fc = counters.flop_counter_forward(model, inputs)
-    fv = counters.fvcore_forward(model, inputs)
+    fc = counters.flop_counter_forward(model, inputs, repeats)
+    fv = counters.fvcore_forward(model, inputs, repeats)
     analytic = comparable(result.flops.components)
     names = list(dict.fromkeys([*analytic, *fc.components, *fv.components]))
     forward = [FlopRow(n, analytic.get(n, 0), fc.components.get(n, 0), fv.components.get(n, 0)) for n in names]
@@ -122,22 +124,25 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
 
     model_params: Counter[str] = Counter()
     for name, parameter in model.named_parameters():
-        model_params[component_of_parameter(name) or f"(unmapped) {name}"] += parameter.numel()
+        model_params[component_of_parameter(name) or f"(unmapped) {name}"] += parameter.numel() * folding.times(
+            name, repeats)
     fvcore_params: Counter[str] = Counter()
     for name, n in counters.fvcore_parameters(model).items():
-        fvcore_params[component_of_parameter(name) or f"(unmapped) {name}"] += n
+        fvcore_params[component_of_parameter(name) or f"(unmapped) {name}"] += n * folding.times(name, repeats)
     p_analytic = result.params.components
     p_names = list(dict.fromkeys([*p_analytic, *model_params, *fvcore_params]))
     params = [ParamRow(n, p_analytic.get(n, 0), model_params[n], fvcore_params[n]) for n in p_names]
 
     notes = [counters.NOTE_FLOP_COUNTER_SDPA, counters.NOTE_FVCORE_SDPA, counters.NOTE_FVCORE_NORM]
+    if repeats:
+        notes.append(folding.note(spec, repeats))
     train_row = None
     if train:
         for module in model.modules():  # count backward without SDPA kernels' recomputation of the scores
             if hasattr(module, "explicit"):
                 module.explicit = True
         model.requires_grad_(True)
-        train_row = TrainRow(result.flops.train_step, counters.flop_counter_train_step(model, inputs))
+        train_row = TrainRow(result.flops.train_step, counters.flop_counter_train_step(model, inputs, repeats))
         notes.append("train step: counted with the explicit-matmul attention path; SDPA's backward kernels "
                      "recompute q k^T (FlopCounterMode counts 5 bmm where autograd of the explicit path has 4)")
     routing = ""

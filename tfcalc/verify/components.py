@@ -18,6 +18,7 @@ _RULES = [
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_norm", r"\1/norm"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_post_norm", r"\1/post_norm"),
     (r"blocks\.\d+\.attention\.(qkv|q_norm|k_norm|core|out|sinks)", r"attention/\1"),
+    (r"blocks\.\d+\.attention\.(q_a|q_a_norm|q_b|q|kv_a|kv_a_norm|kv_b)", r"attention/\1"),  # latent attention
     (r"blocks\.\d+\.cross_attention\.(q|kv|core|out)", r"cross_attention/\1"),
     (r"blocks\.\d+\.mlp\.(up|gate|down)", r"mlp/\1"),
     (r"blocks\.\d+\.moe\.router", "moe/router"),

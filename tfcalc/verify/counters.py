@@ -21,6 +21,7 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from .components import component_of_module
+from .folding import scaled
 
 NOTE_FLOP_COUNTER_SDPA = ("FlopCounterMode ships no formula for aten._scaled_dot_product_flash_attention_for_cpu "
                           "(CPU attention would count 0): tfcalc registers torch's own SDPA formula for it and its "
@@ -68,23 +69,27 @@ def _by_component(per_module: dict[str, int], total: int) -> Counted:
     return Counted(dict(components), total, total - sum(components.values()))
 
 
-def flop_counter_forward(model: torch.nn.Module, inputs: tuple) -> Counted:
-    """FLOPs of one forward pass, per component, as FlopCounterMode counts them."""
+def _per_module(model: torch.nn.Module, counter: FlopCounterMode) -> dict[str, int]:
+    root = type(model).__name__ + "."
+    return {name.removeprefix(root): sum(ops.values())
+            for name, ops in counter.get_flop_counts().items() if name.startswith(root)}
+
+
+def flop_counter_forward(model: torch.nn.Module, inputs: tuple, repeats: dict[str, int] | None = None) -> Counted:
+    """FLOPs of one forward pass, per component, as FlopCounterMode counts them. `repeats`: a folded model's
+    blocks, each counted as many times as it stands for (tfcalc.verify.folding)."""
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(*inputs)
-    root = type(model).__name__ + "."
-    per_module = {name.removeprefix(root): sum(ops.values())
-                  for name, ops in counter.get_flop_counts().items() if name.startswith(root)}
-    return _by_component(per_module, counter.get_total_flops())
+    return _by_component(*scaled(_per_module(model, counter), counter.get_total_flops(), repeats))
 
 
-def flop_counter_train_step(model: torch.nn.Module, inputs: tuple) -> int:
+def flop_counter_train_step(model: torch.nn.Module, inputs: tuple, repeats: dict[str, int] | None = None) -> int:
     """FLOPs of forward + backward (loss = sum of every output), as FlopCounterMode counts them."""
     with FlopCounterMode(display=False) as counter:
         out = model(*inputs)
         outputs = out if isinstance(out, tuple) else (out,)
         sum(o.sum() for o in outputs).backward()
-    return counter.get_total_flops()
+    return scaled(_per_module(model, counter), counter.get_total_flops(), repeats)[1]
 
 
 def _sdpa_macs(inputs, outputs) -> int:
@@ -95,7 +100,7 @@ def _sdpa_macs(inputs, outputs) -> int:
     return b * h * s_q * s_k * d + b * h * s_q * s_k * d_v  # q @ k^T, then p @ v
 
 
-def fvcore_forward(model: torch.nn.Module, inputs: tuple) -> Counted:
+def fvcore_forward(model: torch.nn.Module, inputs: tuple, repeats: dict[str, int] | None = None) -> Counted:
     """Multiply-adds of one forward pass, per component, as fvcore's FlopCountAnalysis counts them."""
     from fvcore.nn import FlopCountAnalysis
 
@@ -114,7 +119,7 @@ def fvcore_forward(model: torch.nn.Module, inputs: tuple) -> Counted:
             total = analysis.total()
             per_module = dict(analysis.by_module())
             uncounted = dict(analysis.unsupported_ops())
-    counted = _by_component(per_module, total)
+    counted = _by_component(*scaled(per_module, total, repeats))
     counted.uncounted_ops = dict(sorted(uncounted.items()))
     return counted
 
