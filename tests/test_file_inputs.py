@@ -307,6 +307,24 @@ BASE = {
     "gemma3_text": dict(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                         head_dim=24, intermediate_size=96, max_position_embeddings=32, vocab_size=100,
                         sliding_window=8, sliding_window_pattern=3, query_pre_attn_scalar=24),
+    "granitemoe": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                       num_local_experts=4, num_experts_per_tok=2),
+    "exaone4": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
+                    sliding_window_pattern=2),
+    "olmo3": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                  sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2),
+    "mbart": dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_attention_heads=4,
+                  decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, max_position_embeddings=32,
+                  vocab_size=100),
+    "marian": dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, max_position_embeddings=32,
+                   vocab_size=100, decoder_vocab_size=100, share_encoder_decoder_embeddings=False,
+                   normalize_before=False),
+    "distilbert": dict(n_layers=2, dim=64, n_heads=4, hidden_dim=96, max_position_embeddings=32, vocab_size=100,
+                       sinusoidal_pos_embds=True, activation="gelu"),
     "albert": dict(num_hidden_layers=4, num_hidden_groups=2, hidden_size=64, embedding_size=16, num_attention_heads=4,
                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, type_vocab_size=2),
     "gpt_oss": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -335,6 +353,7 @@ ACCEPTS = {
     "strings?": lambda v: v is None or type(v) is list and all(type(x) is str for x in v),
     "object?": lambda v: v is None or type(v) is dict,
     "float?": lambda v: v is None or type(v) is float,
+    "int|str?": lambda v: v is None or type(v) in (int, str),
 }
 WRONG = [None, True, False, 0, 1, 4096.7, 4096.0, "false", "true", "4096", "", ["gpt2"], [1], ["a"], {"a": 1},
          float("nan"), 10**30]
@@ -354,6 +373,8 @@ LENIENT = {("mistral", "num_key_value_heads"): "null means one kv head per head,
 STRICTER = {("bart", f): "declared int | None, but BartModel cannot be built with null" for f in
             ("encoder_layers", "encoder_ffn_dim", "encoder_attention_heads", "decoder_layers", "decoder_ffn_dim",
              "decoder_attention_heads", "d_model", "activation_function")}
+STRICTER |= {("granitemoe", f): "declared int | None, but GraniteMoeModel cannot be built with null" for f in
+             ("num_local_experts", "num_experts_per_tok")}
 SAMPLES = [True, 5, 5.5, "x", None, [1], ["x"], {"a": 1}]
 
 
@@ -396,7 +417,7 @@ EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "si
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
                    "integers?": "a list of integers or null", "object?": "an object or null",
                    "float?": "a float (50.0, not 50) or null",
-                   "bool?": "a boolean (true or false) or null"}
+                   "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null"}
 RANGE_PHRASE = {"size": "a positive integer", "size?": "a positive integer or null", "count": "an integer >= 0"}
 LOWEST = {"size": 1, "size?": 1, "count": 0}
 
@@ -550,6 +571,7 @@ OWN_TYPE = {
     "strings?": st.none() | st.lists(_names, min_size=4, max_size=4) | st.lists(_names, max_size=5),
     "object?": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     "bool?": st.none() | st.booleans(), "float?": st.none() | st.floats(1, 100),
+    "int|str?": st.none() | _sizes | _names,
 }
 
 # transformers' own validation is the oracle when tfcalc reads a config, except for fields it does not type
@@ -602,9 +624,20 @@ DIRECT |= {
     "olmo2": _DECODER_DIRECT,
     "gemma2": _DECODER_DIRECT,
     "gemma3_text": _DECODER_DIRECT,
+    "granitemoe": _DECODER_DIRECT | dict(attention_bias="bias", num_local_experts="n_experts",
+                                         num_experts_per_tok="top_k"),
+    "exaone4": _DECODER_DIRECT | dict(sliding_window="sliding_window"),
+    "olmo3": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window"),
+    "mbart": DIRECT["bart"] | dict(hidden_size="d_model", num_hidden_layers="n_encoder_layers"),
+    "marian": DIRECT["bart"] | dict(hidden_size="d_model", num_hidden_layers="n_encoder_layers",
+                                    max_position_embeddings="max_positions", tie_word_embeddings="tie_embeddings",
+                                    share_encoder_decoder_embeddings="shared_embeddings"),
     "albert": dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads",
                    intermediate_size="d_ff", vocab_size="vocab_size", max_position_embeddings="max_positions",
                    type_vocab_size="n_token_types", embedding_size="d_embedding", num_hidden_groups="shared_blocks"),
+    "distilbert": dict(n_layers="n_layers", dim="d_model", n_heads="n_heads", hidden_dim="d_ff",
+                       vocab_size="vocab_size", max_position_embeddings="max_positions", hidden_size="d_model",
+                       num_attention_heads="n_heads", num_hidden_layers="n_layers"),
     "gpt_oss": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window",
                                       num_local_experts="n_experts", num_experts="n_experts",
                                       num_experts_per_tok="top_k"),

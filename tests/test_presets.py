@@ -17,6 +17,7 @@ EXPECTED = {
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
     "albert-base-v2", "albert-xxlarge-v2", "gpt-oss-20b", "gpt-oss-120b",
     "deepseek-v3", "deepseek-v2", "deepseek-v2-lite",
+    "granite-3.0-3b-a800m", "mbart-large-cc25", "distilbert-base", "opus-mt-en-de",
 }
 
 

@@ -199,6 +199,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "integers?": (TypeAdapter(list[StrictInt] | None), "a list of integers or null", ""),
     "strings?": (TypeAdapter(list[StrictStr] | None), "a list of strings or null", ""),
     "object?": (TypeAdapter(dict[str, Any] | None), "an object or null", ""),
+    "int|str?": (TypeAdapter(StrictInt | StrictStr | None), "an integer, a string or null", ""),
 }
 _RANGE_ERRORS = {"greater_than", "greater_than_equal"}
 
