@@ -340,6 +340,11 @@ BASE = {
                         n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
                         q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
                         n_group=2, topk_group=1),
+    "bloom": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=100, apply_residual_connection_post_layernorm=True,
+                  pretraining_tp=2, slow_but_exact=True, tie_word_embeddings=False),
+    "mpt": dict(n_layers=2, d_model=64, n_heads=4, vocab_size=100, max_seq_len=32, expansion_ratio=4, no_bias=True,
+                norm_type="layernorm", tie_word_embeddings=False,
+                attn_config={"clip_qkv": 6.0, "softmax_scale": 0.5, "alibi_bias_max": 4, "prefix_lm": True}),
 }
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
@@ -646,6 +651,13 @@ DIRECT |= {
         vocab_size="vocab_size", tie_word_embeddings="tie_embeddings", kv_lora_rank="kv_lora_rank",
         q_lora_rank="q_lora_rank", qk_nope_head_dim="qk_nope_dim", qk_rope_head_dim="qk_rope_dim",
         v_head_dim="v_head_dim", num_experts_per_tok="top_k")),
+    # BloomConfig's attribute_map and its n_embed kwarg: those names land where its own do
+    "bloom": dict(n_layer="n_layers", n_head="n_heads", hidden_size="d_model", vocab_size="vocab_size",
+                  tie_word_embeddings="tie_embeddings", num_hidden_layers="n_layers", num_attention_heads="n_heads",
+                  n_embed="d_model"),
+    "mpt": dict(n_layers="n_layers", n_heads="n_heads", d_model="d_model", vocab_size="vocab_size",
+                tie_word_embeddings="tie_embeddings", num_hidden_layers="n_layers", num_attention_heads="n_heads",
+                hidden_size="d_model"),
 }
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 

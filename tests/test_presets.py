@@ -18,6 +18,7 @@ EXPECTED = {
     "albert-base-v2", "albert-xxlarge-v2", "gpt-oss-20b", "gpt-oss-120b",
     "deepseek-v3", "deepseek-v2", "deepseek-v2-lite",
     "granite-3.0-3b-a800m", "mbart-large-cc25", "distilbert-base", "opus-mt-en-de",
+    "bloom-176b", "bloom-7b1", "mpt-7b",
 }
 
 
