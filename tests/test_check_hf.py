@@ -123,22 +123,22 @@ def test_a_difference_exits_1_and_is_named(tmp_path, monkeypatch):
 
 
 def test_a_type_tfcalc_does_not_model_is_traced(tmp_path):
-    config = {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 16, "num_attention_heads": 2,
+    config = {"model_type": "biogpt", "num_hidden_layers": 2, "hidden_size": 16, "num_attention_heads": 2,
               "intermediate_size": 24, "vocab_size": 50, "max_position_embeddings": 16}
-    assert "gpt_neox" not in SUPPORTED
+    assert "biogpt" not in SUPPORTED
     folder = write(tmp_path, config)
     table = runner.invoke(app, ["check", "--hf-config", str(folder), "-N", "8"])
     assert table.exit_code == 0, table.output
-    assert "traced by transformers (tfcalc does not model gpt_neox yet)" in table.output
+    assert "traced by transformers (tfcalc does not model biogpt yet)" in table.output
     assert "nothing to compare" in table.output
     data = json.loads(runner.invoke(app, ["check", "--hf-config", str(folder), "-N", "8", "--json"]).output)
     hf = data["transformers"]
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = transformers.GPTNeoXForCausalLM(transformers.AutoConfig.for_model(**config))
+        model = transformers.BioGptForCausalLM(transformers.AutoConfig.for_model(**config))
     assert hf["traced"] and hf["params"] == {"analytic": None, "transformers": sum(p.numel() for p in
                                                                                     model.parameters())}
-    assert hf["forward"]["transformers"] > 0 and hf["model_class"] == "GPTNeoXForCausalLM"
+    assert hf["forward"]["transformers"] > 0 and hf["model_class"] == "BioGptForCausalLM"
 
 
 def test_without_transformers_the_rest_is_checked(tmp_path):

@@ -28,20 +28,18 @@ SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense
     "olmo2-7b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=4, d_ff=512, vocab_size=1000),
     # a factorised embedding and blocks sharing one set of parameters (ALBERT)
     "albert-base-v2": dict(n_layers=2, vocab_size=1000),
-    # parallel blocks: one shared norm with partial rotary and a biased head (GPT-J, Phi); two norms with ALiBi
-    # (GPT-NeoX's layout, BLOOM's positions)
-    "gpt2 parallel one_norm": ("gpt2", dict(n_layers=2, vocab_size=1000, parallel_block="one_norm",
-                                            positions="rotary", max_positions=None, rotary_dim=16,
-                                            tie_embeddings=False, head_bias=True)),
-    "llama2-7b parallel two_norms": ("llama2-7b", dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=8,
-                                                       d_ff=512, vocab_size=1000, parallel_block="two_norms",
-                                                       positions="alibi")),
+    # parallel blocks: two norms with partial rotary (GPT-NeoX), one shared norm with partial rotary, q/k norms and a
+    # biased head (Phi), one norm with MQA and ALiBi (Falcon's alibi option); bias-free LayerNorms with ALiBi (MPT)
+    "pythia-6.9b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000, rotary_dim=8),
+    "phi-2": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=4, d_ff=512, vocab_size=1000, rotary_dim=12,
+                  qk_norm="head"),
+    "falcon-7b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000, positions="alibi"),
+    "mpt-7b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000),
 }
 
 
 def small(name: str):
-    base, changes = SMALL[name] if isinstance(SMALL[name], tuple) else (name, SMALL[name])
-    spec = load_preset(base).replace(seq_len=32, **changes)
+    spec = load_preset(name).replace(seq_len=32, **SMALL[name])
     return spec, Workload(seq_len=32, batch_size=2, src_len=32 if spec.is_encoder_decoder else None)
 
 

@@ -407,7 +407,7 @@ def test_default_seq_len_is_the_context_capped(tmp_path):
 @pytest.mark.parametrize(
     "config, message",
     [
-        ({"model_type": "falcon"}, "model_type='falcon' is not supported; supported: gpt2, bert, llama"),
+        ({"model_type": "biogpt"}, "model_type='biogpt' is not supported; supported: gpt2, bert, llama"),
         ({"model_type": "gpt2", "add_cross_attention": True}, "add_cross_attention=True is not modelled"),
         ({"model_type": "bert", "position_embedding_type": "relative_key"},
          "position_embedding_type='relative_key' is not modelled"),

@@ -19,6 +19,7 @@ EXPECTED = {
     "deepseek-v3", "deepseek-v2", "deepseek-v2-lite",
     "granite-3.0-3b-a800m", "mbart-large-cc25", "distilbert-base", "opus-mt-en-de",
     "bloom-176b", "bloom-7b1", "mpt-7b",
+    "pythia-6.9b", "gpt-j-6b", "falcon-7b", "falcon-40b", "phi-2", "command-r",
 }
 
 
