@@ -304,6 +304,18 @@ BASE = {
     "gemma2": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
                    query_pre_attn_scalar=24, final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
+    "smollm3": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                    mlp_bias=True, use_sliding_window=True, sliding_window=8, no_rope_layer_interval=2,
+                    pad_token_id=0, bos_token_id=0, eos_token_id=0),
+    "cohere2": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                    sliding_window=8, sliding_window_pattern=2, pad_token_id=0, bos_token_id=0, eos_token_id=0),
+    "gemma4_text": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, global_head_dim=16, intermediate_size=96, max_position_embeddings=32,
+                        vocab_size=100, sliding_window=8, hidden_size_per_layer_input=0, attention_bias=True,
+                        final_logit_softcapping=30.0, use_bidirectional_attention="vision",
+                        use_double_wide_mlp=True, num_global_key_value_heads=1),
     "gemma3_text": dict(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                         head_dim=24, intermediate_size=96, max_position_embeddings=32, vocab_size=100,
                         sliding_window=8, sliding_window_pattern=3, query_pre_attn_scalar=24),
@@ -372,6 +384,7 @@ ACCEPTS = {
     "object?": lambda v: v is None or type(v) is dict,
     "float?": lambda v: v is None or type(v) is float,
     "int|str?": lambda v: v is None or type(v) in (int, str),
+    "all|vision?": lambda v: v in (None, "all", "vision") and type(v) in (type(None), str),
 }
 WRONG = [None, True, False, 0, 1, 4096.7, 4096.0, "false", "true", "4096", "", ["gpt2"], [1], ["a"], {"a": 1},
          float("nan"), 10**30]
@@ -435,7 +448,8 @@ EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "si
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
                    "integers?": "a list of integers or null", "object?": "an object or null",
                    "float?": "a float (50.0, not 50) or null",
-                   "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null"}
+                   "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null",
+                   "all|vision?": "'all', 'vision' or null"}
 RANGE_PHRASE = {"size": "a positive integer", "size?": "a positive integer or null", "count": "an integer >= 0"}
 LOWEST = {"size": 1, "size?": 1, "count": 0}
 
@@ -590,6 +604,7 @@ OWN_TYPE = {
     "object?": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     "bool?": st.none() | st.booleans(), "float?": st.none() | st.floats(1, 100),
     "int|str?": st.none() | _sizes | _names,
+    "all|vision?": st.sampled_from([None, "all", "vision"]) | _names,
 }
 
 # transformers' own validation is the oracle when tfcalc reads a config, except for fields it does not type
@@ -642,6 +657,9 @@ DIRECT |= {
     "olmo2": _DECODER_DIRECT,
     "gemma2": _DECODER_DIRECT,
     "gemma3_text": _DECODER_DIRECT,
+    "gemma4_text": _DECODER_DIRECT | dict(attention_bias="bias", global_head_dim="d_head"),
+    "smollm3": _DECODER_DIRECT | dict(attention_bias="bias", mlp_bias="mlp_bias", sliding_window="sliding_window"),
+    "cohere2": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window"),
     "granitemoe": _DECODER_DIRECT | dict(attention_bias="bias", num_local_experts="n_experts",
                                          num_experts_per_tok="top_k"),
     "exaone4": _DECODER_DIRECT | dict(sliding_window="sliding_window"),

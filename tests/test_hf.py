@@ -466,7 +466,7 @@ def test_gemma3_multimodal_configs_read_their_text_config(tmp_path_factory, data
                                 "num_attention_heads": 2, "image_size": 28, "patch_size": 14}}
     folder = tmp_path_factory.mktemp("hf")
     source = read_hf_config(write(folder, config))
-    assert "the vision tower and the multimodal projector are not counted" in source.source
+    assert "the other towers (vision, audio) and the multimodal projectors are not counted" in source.source
     alone = read_hf_config(write(folder, text | {"tie_word_embeddings": tie}, "text.json")).spec
     assert source.spec.replace(name="x") == alone.replace(name="x")
     hf_config = transformers.AutoConfig.for_model(**config)

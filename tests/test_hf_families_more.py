@@ -251,7 +251,7 @@ def test_notes_say_what_is_not_counted(tmp_path):
 
 # Published config.json files (the fields that matter, typed from memory where the preset says so) and their presets
 PUBLISHED = {
-    "granite-3.0-3b-a800m": {
+    "granite3-3b-a800m": {
         "model_type": "granitemoe", "attention_bias": False, "attention_multiplier": 0.015625, "bos_token_id": 0,
         "embedding_multiplier": 12.0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 1536,
         "intermediate_size": 512, "logits_scaling": 6.0, "max_position_embeddings": 4096, "num_attention_heads": 24,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
@@ -101,7 +101,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # Multimodal configs whose language model is read from a nested config (its model_type, the field it is in); the
 # other towers (vision) are not counted
-NESTED = {"gemma3": ("gemma3_text", "text_config")}
+NESTED = {"gemma3": ("gemma3_text", "text_config"), "gemma4": ("gemma4_text", "text_config")}
 
 # The JSON type of every field a mapper reads, as transformers' config classes declare it (tests/test_file_inputs.py
 # holds them against those declarations). A value of another type is refused by name, never coerced: JSON "false"
@@ -200,6 +200,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "strings?": (TypeAdapter(list[StrictStr] | None), "a list of strings or null", ""),
     "object?": (TypeAdapter(dict[str, Any] | None), "an object or null", ""),
     "int|str?": (TypeAdapter(StrictInt | StrictStr | None), "an integer, a string or null", ""),
+    "all|vision?": (TypeAdapter(Literal["all", "vision"] | None), "'all', 'vision' or null", ""),
 }
 _RANGE_ERRORS = {"greater_than", "greater_than_equal"}
 
@@ -274,8 +275,8 @@ def _nested(raw: dict, model_type: str, path: Path, notes: list[str]) -> tuple[d
     if inner.get("model_type", inner_type) != inner_type:
         raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
     outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
-    notes.append(f"{model_type}: the language model read from {key} ({inner_type}); the vision tower and the "
-                 "multimodal projector are not counted")
+    notes.append(f"{model_type}: the language model read from {key} ({inner_type}); the other towers (vision, "
+                 "audio) and the multimodal projectors are not counted")
     return {**inner, **outer, "model_type": inner_type}, inner_type
 
 

@@ -1,0 +1,209 @@
+"""Gemma 4's language model (gemma4_text, and gemma4's text_config): exact against transformers' Gemma4ForCausalLM and
+the language model of Gemma4ForConditionalGeneration; the features tfcalc does not model refused by field."""
+
+import json
+import warnings
+
+import pytest
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
+
+from tfcalc import TfcalcError, Workload, count
+from tfcalc.families.gemma4 import DEFAULTS, GLOBAL_HEAD_DIM
+from tfcalc.hf import read_hf_config
+from tfcalc.verify import hf_model
+
+OTHER_TOWERS = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
+
+
+def write(folder, config: dict, name="config.json"):
+    path = folder / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+def hf_config(config: dict):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()  # "Last layer must use full_attention ..."
+        try:
+            return transformers.AutoConfig.for_model(**config)
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+
+
+def meta_params(config: dict, cls=transformers.Gemma4ForCausalLM) -> int:
+    """transformers' sum(p.numel()) on the meta device, the language model's only (no vision or audio tower)."""
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = cls(hf_config(config))
+    return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(OTHER_TOWERS))
+
+
+def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
+    """FlopCounterMode FLOPs of one eager forward on the CPU."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.Gemma4ForCausalLM._from_config(hf_config(config), attn_implementation="eager")
+        ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(input_ids=ids)
+    return counter.get_total_flops()
+
+
+def test_defaults_are_transformers_defaults():
+    for key, value in DEFAULTS.items():
+        assert getattr(transformers.Gemma4TextConfig, key) == value, key
+    # global_head_dim is popped from the kwargs, not declared: its default is the global blocks' head_dim
+    config = transformers.Gemma4TextConfig(num_hidden_layers=6)
+    assert config.per_layer_config[5].head_dim == GLOBAL_HEAD_DIM and config.per_layer_config[0].head_dim == 256
+
+
+LAYER_TYPES = ["sliding_attention", "full_attention"]
+
+
+@st.composite
+def gemma4_configs(draw) -> dict:
+    """Small configs over every field the family reads, within what it models."""
+    kv = draw(st.integers(1, 3))
+    heads = kv * draw(st.integers(1, 3))
+    layers = draw(st.integers(1, 8))
+    head_dim = draw(st.sampled_from([2, 4, 8, 12]))
+    config = dict(model_type="gemma4_text", num_hidden_layers=layers, hidden_size=draw(st.sampled_from([8, 12, 16])),
+                  intermediate_size=draw(st.integers(2, 12)), num_attention_heads=heads, num_key_value_heads=kv,
+                  head_dim=head_dim, vocab_size=draw(st.integers(16, 64)), tie_word_embeddings=draw(st.booleans()),
+                  attention_bias=draw(st.booleans()), sliding_window=draw(st.integers(1, 6)),
+                  max_position_embeddings=draw(st.integers(8, 64)), hidden_size_per_layer_input=0,
+                  hidden_activation=draw(st.sampled_from(["gelu_pytorch_tanh", "gelu", "silu", "relu"])),
+                  use_double_wide_mlp=draw(st.booleans()), pad_token_id=0, bos_token_id=0, eos_token_id=0)
+    if draw(st.booleans()):
+        config["global_head_dim"] = head_dim
+    else:  # a config transformers saved: the blocks' overrides (none) instead of global_head_dim
+        config["per_layer_config"] = {}
+    if draw(st.booleans()):
+        config["layer_types"] = draw(st.lists(st.sampled_from(LAYER_TYPES), min_size=layers, max_size=layers))
+    for key, values in (("final_logit_softcapping", st.floats(1, 50)), ("use_bidirectional_attention",
+                        st.just("vision")), ("num_global_key_value_heads", st.integers(1, 2)),
+                        ("attention_k_eq_v", st.just(False)), ("num_kv_shared_layers", st.just(0)),
+                        ("enable_moe_block", st.just(False)),
+                        ("rope_parameters", st.just({"sliding_attention": {"rope_type": "default",
+                                                                            "rope_theta": 10000.0},
+                                                      "full_attention": {"rope_type": "default",
+                                                                         "rope_theta": 1e6}}))):
+        if draw(st.booleans()):
+            config[key] = draw(values)
+    return config
+
+
+@settings(max_examples=12, deadline=None)
+@given(config=gemma4_configs(), batch=st.integers(1, 2), seq_len=st.integers(1, 8))
+def test_generated_configs_match_transformers_exactly(tmp_path_factory, config, batch, seq_len):
+    spec = read_hf_config(write(tmp_path_factory.mktemp("hf"), config)).spec.replace(batch_size=batch,
+                                                                                     seq_len=seq_len)
+    result = count(spec, Workload(batch_size=batch, seq_len=seq_len))
+    assert result.params.total == meta_params(config)
+    assert result.flops.forward == eager_forward_flops(config, batch, seq_len)
+    # the windows are in the blocks transformers makes sliding (its layer_types, the last block forced global)
+    L = config["num_hidden_layers"]
+    pattern = spec.attention_pattern or ["global"]
+    ours = [pattern[i % len(pattern)] for i in range(L)]
+    assert ours == ["local" if t == "sliding_attention" else "global" for t in hf_config(config).layer_types]
+
+
+@settings(max_examples=4, deadline=None)
+@given(data=st.data())
+def test_multimodal_configs_read_their_text_config(tmp_path_factory, data):
+    # Gemma 4's multimodal config: the language model is its text_config (gemma4_text), the head tied by the outer
+    # tie_word_embeddings; the vision and audio towers and their embedders are not counted
+    text = data.draw(gemma4_configs())
+    tie = text.pop("tie_word_embeddings")
+    config = {"model_type": "gemma4", "text_config": text, "tie_word_embeddings": tie, "audio_config": None}
+    if data.draw(st.booleans()):
+        config["vision_config"] = {"hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                                   "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 4}
+    else:
+        config["vision_config"] = None
+    folder = tmp_path_factory.mktemp("hf")
+    source = read_hf_config(write(folder, config))
+    assert "gemma4: the language model read from text_config" in source.source
+    alone = read_hf_config(write(folder, text | {"tie_word_embeddings": tie}, "text.json")).spec
+    assert source.spec.replace(name="x") == alone.replace(name="x")
+    assert count(source.spec).params.total == meta_params(config, transformers.Gemma4ForConditionalGeneration)
+
+
+def test_the_last_block_is_global_by_default(tmp_path):
+    config = {"model_type": "gemma4_text", "num_hidden_layers": 8, "global_head_dim": 256,
+              "hidden_size_per_layer_input": 0}
+    spec = read_hf_config(write(tmp_path, config)).spec
+    assert spec.attention_pattern == ["local"] * 5 + ["global", "local", "global"] and spec.sliding_window == 512
+    twelve = read_hf_config(write(tmp_path, config | {"num_hidden_layers": 12})).spec
+    assert twelve.attention_pattern == ["local"] * 5 + ["global"]
+    assert (spec.d_model, spec.n_heads, spec.n_kv_heads, spec.d_head, spec.d_ff, spec.vocab_size) == (
+        2304, 8, 4, 256, 9216, 262_144)
+    assert spec.tie_embeddings and spec.qk_norm == "head" and spec.norm_position == "sandwich"
+    assert spec.activation == "gelu_tanh" and not spec.bias
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({}, "global_head_dim=512 is not modelled: global (full_attention) blocks"),
+    ({"global_head_dim": 256}, "hidden_size_per_layer_input=256 is not modelled: per-layer embeddings"),
+    ({"hidden_size_per_layer_input": 0, "global_head_dim": 512}, "global_head_dim=512 is not modelled"),
+    ({"hidden_size_per_layer_input": 0, "per_layer_config": {"29": {"head_dim": 512}}},
+     "per_layer_config={'29': {'head_dim': 512}} is not modelled: per-block overrides"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "attention_k_eq_v": True,
+      "num_global_key_value_heads": 1}, "attention_k_eq_v=True is not modelled: global blocks without v_proj"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 10},
+     "num_kv_shared_layers=10 is not modelled"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4,
+      "top_k_experts": 2, "moe_intermediate_size": 8}, "enable_moe_block=True is not modelled"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "use_bidirectional_attention": "all"},
+     "use_bidirectional_attention='all' is not modelled"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "layer_types": ["x"] * 30},
+     "entries 'x'"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "layer_types": ["full_attention"]},
+     "layer_types=['full_attention'] is not modelled: expected a list of num_hidden_layers=30 entries"),
+    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "hidden_activation": "gelu_new2"},
+     "hidden_activation='gelu_new2' is not modelled"),
+    ({"global_head_dim": 256.0}, "global_head_dim=256.0: expected an integer"),
+    ({"hidden_size_per_layer_input": -1}, "hidden_size_per_layer_input=-1: expected an integer >= 0"),
+    ({"sliding_window": None}, "sliding_window=None: expected an integer"),
+    ({"use_bidirectional_attention": "both"}, "use_bidirectional_attention='both': expected 'all', 'vision' or null"),
+    ({"attention_k_eq_v": "false"}, "attention_k_eq_v='false': expected a boolean"),
+])
+def test_refusals_name_the_field(tmp_path, changes, message):
+    with pytest.raises(TfcalcError) as e:
+        read_hf_config(write(tmp_path, {"model_type": "gemma4_text", **changes}))
+    assert message in str(e.value), str(e.value)
+
+
+def test_published_shapes_are_refused_by_their_first_unmodelled_field(tmp_path):
+    # Gemma 4 31B's text tower (typed from memory): no PLE, but global blocks 512 wide, with k = v
+    config = {"model_type": "gemma4", "text_config": {
+        "model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
+        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256, "global_head_dim": 512,
+        "num_global_key_value_heads": 4, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
+        "sliding_window": 1024}}
+    with pytest.raises(TfcalcError) as e:
+        read_hf_config(write(tmp_path, config))
+    assert "global_head_dim=512 is not modelled" in str(e.value)
+
+
+def test_check_hf_config_matches_every_component(tmp_path):
+    config = {"model_type": "gemma4_text", "num_hidden_layers": 7, "hidden_size": 48, "intermediate_size": 24,
+              "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 8, "global_head_dim": 8,
+              "vocab_size": 97, "sliding_window": 4, "max_position_embeddings": 64, "hidden_size_per_layer_input": 0,
+              "attention_bias": True, "tie_word_embeddings": False}
+    for name, raw in (("text.json", config), ("config.json", {"model_type": "gemma4", "text_config": config,
+                                                               "vision_config": None, "audio_config": None,
+                                                               "tie_word_embeddings": False})):
+        path = write(tmp_path, raw, name)
+        spec = read_hf_config(path).spec
+        report = hf_model.compare(path, spec, Workload(batch_size=2, seq_len=16))
+        assert report.match and not [r for r in report.rows if r.match is None], report.rows
+        rows = {(r.figure, r.component): r for r in report.rows}
+        assert rows["params", "attention/q_norm"].transformers == 7 * 8  # L * head_dim
+        assert rows["params", "attention/qkv"].transformers == 7 * (48 * (6 + 2 + 2) * 8 + (6 + 2 + 2) * 8)

@@ -1,0 +1,88 @@
+"""SmolLM3 (model_type smollm3): transformers' SmolLM3ForCausalLM.
+
+The llama layout (pre-norm RMSNorm, q_proj/k_proj/v_proj/o_proj with grouped-query key/value heads and biases by
+attention_bias, a SwiGLU MLP with biases by mlp_bias, a final RMSNorm), a tied head by default. Some blocks have no
+rotary positions (NoPE): no_rope_layers (1: rotary, 0: none; default every no_rope_layer_interval-th block, 4, without)
+- rotary has no parameters and no matmul, so the counts are the same; only what training keeps of rotary (its
+cos/sin tables) is less in those blocks. With use_sliding_window and a sliding_window, the windowed blocks are the
+layer_types' sliding_attention ones (by default the NoPE blocks).
+"""
+
+from __future__ import annotations
+
+from ..hf import _DECODER_TYPES, QWEN_LAYER_TYPES, _decoder, _refuse_if, _window, register, show
+from .gemma4 import shortest_cycle
+
+DEFAULTS = dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                num_attention_heads=16, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
+                tie_word_embeddings=True, rope_parameters=None, use_sliding_window=False, sliding_window=None,
+                no_rope_layers=None, no_rope_layer_interval=4, layer_types=None, attention_bias=False,
+                mlp_bias=False)
+# SmolLM3Config declares no head_dim, but its attention reads one (getattr) when a config gives it: then not null
+TYPES = _DECODER_TYPES | dict(head_dim="size", use_sliding_window="bool", sliding_window="int?",
+                              no_rope_layers="integers?", no_rope_layer_interval="int", layer_types="strings?",
+                              attention_bias="bool", mlp_bias="bool")
+
+_LAYER = r"model\.layers\.\d+\."
+COMPONENTS = [
+    (r"model\.embed_tokens", "embedding/token"),
+    (_LAYER + r"input_layernorm", "attention/norm"),
+    (_LAYER + r"post_attention_layernorm", "mlp/norm"),
+    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
+    (_LAYER + r"self_attn", "attention/core"),
+    (_LAYER + r"self_attn\.o_proj", "attention/out"),
+    (_LAYER + r"mlp\.gate_proj", "mlp/gate"),
+    (_LAYER + r"mlp\.up_proj", "mlp/up"),
+    (_LAYER + r"mlp\.down_proj", "mlp/down"),
+    (r"model\.norm", "final_norm"),
+    (r"lm_head", "head"),
+]
+PATTERN_LIMIT = 65_536  # blocks a per-block rule is written out for
+
+
+def _rotary_blocks(cfg: dict, L: int) -> list[bool]:
+    """Whether each block applies rotary, as SmolLM3Config sets no_rope_layers."""
+    given = cfg.get("no_rope_layers")
+    if given is not None:
+        _refuse_if(cfg, "no_rope_layers", len(given) < L, f"expected at least num_hidden_layers={L} entries "
+                   "(transformers reads entry i for block i)")
+        return [value != 0 for value in given[:L]]
+    every = cfg["no_rope_layer_interval"]
+    _refuse_if(cfg, "no_rope_layer_interval", every == 0, "transformers divides by it (no_rope_layers not given)")
+    _refuse_if(cfg, "num_hidden_layers", L > PATTERN_LIMIT, f"tfcalc writes the NoPE blocks per block, for at most "
+               f"{PATTERN_LIMIT:,} blocks")
+    return [(i + 1) % every != 0 for i in range(L)]
+
+
+def smollm3(cfg: dict, notes: list[str]) -> dict:
+    fields = _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=cfg["mlp_bias"])
+    L = fields["n_layers"]
+    rotary = _rotary_blocks(cfg, L)
+    head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    _refuse_if(cfg, "head_dim" if "head_dim" in cfg else "hidden_size", head_dim % 2 == 1 and any(rotary),
+               f"an odd head ({head_dim} channels): transformers' rotary tables are {head_dim + 1} wide and fail to "
+               "broadcast")
+    if not all(rotary):
+        notes.append(f"{rotary.count(False)} of {L} blocks without rotary positions (NoPE): no parameters, no "
+                     "matmul (training keeps no cos/sin tables there)")
+    window_on = cfg["use_sliding_window"] is True and cfg.get("sliding_window") is not None
+    types = cfg.get("layer_types")
+    if types is not None:
+        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
+        unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
+        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
+                   f"{', '.join(QWEN_LAYER_TYPES)}")
+        _refuse_if(cfg, "layer_types", "sliding_attention" in types and not window_on,
+                   f"sliding_attention blocks need use_sliding_window=true and a sliding_window (got "
+                   f"use_sliding_window={show(cfg['use_sliding_window'])}, sliding_window="
+                   f"{show(cfg.get('sliding_window'))}): transformers' attention then has no window, its mask one")
+        local = [t == "sliding_attention" for t in types]
+    else:
+        local = [window_on and not r for r in rotary]
+    if any(local):
+        _refuse_if(cfg, "sliding_window", cfg["sliding_window"] < 1, "a window of 1 or more")
+        _window(cfg, fields, notes, shortest_cycle(["local" if x else "global" for x in local]))
+    return fields
+
+
+register("smollm3", DEFAULTS, TYPES, smollm3, COMPONENTS)
