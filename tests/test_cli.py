@@ -222,3 +222,18 @@ def test_check_bad_device(args, message):
     r = run(*args)
     assert r.exit_code == 2, r.output
     assert message in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_help_keeps_the_brackets_of_field_descriptions():
+    # rich reads "[d_head]" as markup and drops it unless escaped; every bracketed shape a description gives must
+    # show in --help as written
+    import re
+
+    from tfcalc import ModelSpec
+    result = CliRunner().invoke(app, ["count", "--help"], env={"COLUMNS": "300", "TERMINAL_WIDTH": "300"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())
+    shapes = {s for f in ModelSpec.model_fields.values() for s in re.findall(r"\[[^\]]+\]", f.description or "")}
+    assert "[d_head]" in shapes
+    missing = [s for s in shapes if " ".join(s.split()) not in text]
+    assert not missing, missing

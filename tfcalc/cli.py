@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from . import __version__, render
@@ -121,7 +122,9 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
         kind = enum.Enum(name, {v: v for v in typing.get_args(kind)}, type=str)
     elif typing.get_origin(kind) is list:  # attention_pattern: local,local,global
         kind, extra = str, {"parser": _words, "metavar": "A,B,..."}
-    option = typer.Option(*decls, help=field.description, rich_help_panel=_PANEL, show_default=False, **extra)
+    # escaped: rich reads [d_head] in a description as markup and drops it from --help
+    option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_PANEL, show_default=False,
+                          **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
 
@@ -274,7 +277,7 @@ _INT_FIELDS = [name for name, field in ModelSpec.model_fields.items() if _unwrap
 def _sweep_parameter(name: str) -> inspect.Parameter:
     """The spec flag of an integer field, taking one value or a list or range of them."""
     decls = ["--" + name.replace("_", "-"), *([_SHORT[name]] if name in _SHORT else [])]
-    option = typer.Option(*decls, help=ModelSpec.model_fields[name].description,
+    option = typer.Option(*decls, help=escape(ModelSpec.model_fields[name].description or ""),
                           rich_help_panel=_PANEL, show_default=False, parser=_sizes, metavar="INT|LIST")
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[str], option])
