@@ -538,3 +538,21 @@ def test_bart_reads_its_attribute_map_names(tmp_path):
     assert (spec.d_model, spec.n_heads, spec.n_encoder_layers, spec.n_layers) == (64, 4, 1, 2)
     n_params, _ = transformers_counts(config, 1, 4, 4)
     assert count(spec).params.total == n_params
+
+
+@pytest.mark.parametrize("size, d_model, d_ff, heads, layers", [
+    ("small", 512, 1024, 6, 8), ("base", 768, 2048, 12, 12), ("large", 1024, 2816, 16, 24), ("xl", 2048, 5120, 32, 24),
+    ("xxl", 4096, 10240, 64, 24)])
+def test_flan_t5_presets_are_transformers_plus_the_untied_head(size, d_model, d_ff, heads, layers):
+    # FLAN-T5's checkpoints hold an untied head (tie_word_embeddings false); transformers 5 builds T5 from a config
+    # with a tied one, so the preset is its sum(numel) plus the head's V x D
+    config = transformers.T5Config(d_model=d_model, d_ff=d_ff, d_kv=64, num_heads=heads, num_layers=layers,
+                                   num_decoder_layers=layers, vocab_size=32128, feed_forward_proj="gated-gelu",
+                                   tie_word_embeddings=False)
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tied = sum(p.numel() for p in transformers.T5ForConditionalGeneration(config).parameters())
+    name = f"flan-t5-{size}"
+    total = count(load_preset(name)).params.total
+    assert total == tied + 32128 * d_model
+    assert f"{total:,}" in find_preset(name).source and f"{tied:,}" in find_preset(name).source
