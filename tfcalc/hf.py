@@ -421,6 +421,29 @@ QWEN_LAYER_TYPES = ("full_attention", "sliding_attention")
 PATTERN_LIMIT = 65_536  # blocks a per-block attention pattern is written for (a config's rule, not its file)
 
 
+def layer_kinds(cfg: dict, L: int) -> list[str]:
+    """The config's layer_types, one entry per block (full_attention or sliding_attention), checked, as the spec's
+    'global' and 'local'."""
+    types = cfg["layer_types"]
+    _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
+    unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
+    _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
+               f"{', '.join(QWEN_LAYER_TYPES)}")
+    return ["local" if t == "sliding_attention" else "global" for t in types]
+
+
+def shortest_cycle(kinds: list[str]) -> list[str]:
+    """The shortest pattern that, cycled, gives `kinds` (block i: pattern[i % len(pattern)]): its length is the
+    list's smallest period, len - the longest proper border (Knuth-Morris-Pratt's prefix function, linear time)."""
+    border = [0] * len(kinds)
+    for i in range(1, len(kinds)):
+        k = border[i - 1]
+        while k and kinds[i] != kinds[k]:
+            k = border[k - 1]
+        border[i] = k + (kinds[i] == kinds[k])
+    return kinds[:len(kinds) - border[-1]] if kinds else kinds
+
+
 def _qwen_window(cfg: dict, fields: dict, notes: list[str], alternating: bool) -> None:
     """Blocks with sliding attention, by `layer_types` when given, else by transformers' rule for the type.
 
@@ -429,15 +452,12 @@ def _qwen_window(cfg: dict, fields: dict, notes: list[str], alternating: bool) -
     window_on = cfg["use_sliding_window"] is True and cfg.get("sliding_window") is not None
     types = cfg.get("layer_types")
     if types is not None:
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
-                   f"{', '.join(QWEN_LAYER_TYPES)}")
+        kinds = layer_kinds(cfg, L)
         _refuse_if(cfg, "layer_types", "sliding_attention" in types and not window_on,
                    f"sliding_attention blocks need use_sliding_window=true and a sliding_window (got "
                    f"use_sliding_window={show(cfg['use_sliding_window'])}, sliding_window="
                    f"{show(cfg.get('sliding_window'))}): transformers then has no window for them")
-        return _window(cfg, fields, notes, ["local" if t == "sliding_attention" else "global" for t in types])
+        return _window(cfg, fields, notes, kinds)
     if not window_on:
         return None
     limit = cfg["max_window_layers"]
@@ -649,11 +669,7 @@ def _gemma2(cfg: dict, notes: list[str], pattern: list[str] | None = None) -> di
     L = fields["n_layers"]
     types = cfg.get("layer_types")
     if types is not None:
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(GEMMA_LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
-                   f"{', '.join(GEMMA_LAYER_TYPES)}")
-        pattern = ["local" if t == "sliding_attention" else "global" for t in types]
+        pattern = layer_kinds(cfg, L)
     _window(cfg, fields, notes, pattern or ["local", "global"])
     caps = [f"{key}={cfg[key]}" for key in ("attn_logit_softcapping", "final_logit_softcapping")
             if cfg.get(key) is not None]

@@ -14,8 +14,7 @@ rope_parameters (frequencies), layer_norm_eps, attention_dropout, the token ids.
 
 from __future__ import annotations
 
-from ..hf import QWEN_LAYER_TYPES, _decoder, _refuse_if, _window, register, show
-from .gemma4 import shortest_cycle
+from ..hf import _decoder, _refuse_if, _window, layer_kinds, register, shortest_cycle
 
 DEFAULTS = dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
                 num_attention_heads=64, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=8192,
@@ -47,11 +46,7 @@ def cohere2(cfg: dict, notes: list[str]) -> dict:
     L = cfg["num_hidden_layers"]
     types = cfg.get("layer_types")
     if types is not None:
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
-                   f"{', '.join(QWEN_LAYER_TYPES)}")
-        pattern = shortest_cycle(["local" if t == "sliding_attention" else "global" for t in types])
+        pattern = shortest_cycle(layer_kinds(cfg, L))
         if "sliding_window_pattern" in cfg:
             notes.append(f"sliding_window_pattern={cfg['sliding_window_pattern']} not read: layer_types is given")
     else:

@@ -19,8 +19,8 @@ with head_dim=256, and more of the above, so none is read today.
 
 from __future__ import annotations
 
-from ..hf import (_DECODER_TYPES, GEMMA_LAYER_TYPES, PATTERN_LIMIT, _activation, _decoder, _refuse_if,
-                  _window, register, show)
+from ..hf import (_DECODER_TYPES, PATTERN_LIMIT, _activation, _decoder, _refuse_if, _window, layer_kinds,
+                  register, shortest_cycle)
 
 # Gemma4TextConfig declares use_bidirectional_attention as Literal["all", "vision"] | None: the kind "all|vision?"
 
@@ -61,18 +61,6 @@ COMPONENTS = [  # Gemma 2/3's sandwich norms and the llama names
 ]
 
 
-def shortest_cycle(kinds: list[str]) -> list[str]:
-    """The shortest pattern that, cycled, gives `kinds` (block i: pattern[i % len(pattern)]): its length is the
-    list's smallest period, len - the longest proper border (Knuth-Morris-Pratt's prefix function, linear time)."""
-    border = [0] * len(kinds)
-    for i in range(1, len(kinds)):
-        k = border[i - 1]
-        while k and kinds[i] != kinds[k]:
-            k = border[k - 1]
-        border[i] = k + (kinds[i] == kinds[k])
-    return kinds[:len(kinds) - border[-1]] if kinds else kinds
-
-
 def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:
     """'local' or 'global' per block, as Gemma4TextConfig sets layer_types: given, or every sixth block global;
     the last block forced global."""
@@ -81,11 +69,7 @@ def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:
         if types and types[-1] == "sliding_attention":
             notes.append("layer_types' last entry 'sliding_attention' read as 'full_attention', as transformers' "
                          "Gemma4TextConfig forces it")
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(GEMMA_LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
-                   f"{', '.join(GEMMA_LAYER_TYPES)}")
-        kinds = ["local" if t == "sliding_attention" else "global" for t in types]
+        kinds = layer_kinds(cfg, L)
     else:
         _refuse_if(cfg, "num_hidden_layers", L % 6 != 0 and L > PATTERN_LIMIT,
                    f"with the default layer_types (every sixth block global, the last block global), tfcalc writes "

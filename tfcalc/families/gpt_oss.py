@@ -15,10 +15,9 @@ parameters (GptOssConfig's default: yarn, factor 32 over 4096 positions) change 
 
 from __future__ import annotations
 
-from ..hf import _refuse_if, _unalias, _window, register, show
+from ..hf import _refuse_if, _unalias, _window, layer_kinds, register, shortest_cycle
 
 MODEL_TYPE = "gpt_oss"
-LAYER_TYPES = ("full_attention", "sliding_attention")
 
 # GptOssConfig's defaults (transformers 5) for the fields read here; rope_parameters None: __post_init__ sets yarn
 DEFAULTS = dict(num_hidden_layers=36, num_local_experts=128, vocab_size=201088, hidden_size=2880,
@@ -51,18 +50,6 @@ COMPONENTS = [
 ]
 
 
-def _period(types: list[str]) -> list[str]:
-    """The shortest prefix of `types` whose cycle gives all of it (a spec's attention_pattern is cycled): its length
-    is len(types) less the longest proper prefix that is also a suffix (Knuth-Morris-Pratt's failure function)."""
-    border = [0] * len(types)
-    for i in range(1, len(types)):
-        j = border[i - 1]
-        while j and types[i] != types[j]:
-            j = border[j - 1]
-        border[i] = j + (types[i] == types[j])
-    return types[:len(types) - border[-1]] if types else types
-
-
 def gpt_oss(cfg: dict, notes: list[str]) -> dict:
     """GptOssConfig's fields -> ModelSpec fields; what transformers would build differently is refused by name."""
     cfg = _unalias(cfg, ALIASES, notes)
@@ -75,11 +62,7 @@ def gpt_oss(cfg: dict, notes: list[str]) -> dict:
     if types is None:  # GptOssConfig.__post_init__: block i sliding when i is even (block 0 always is)
         pattern = ["local", "global"]
     else:
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown),
-                   f"entries {', '.join(map(show, unknown))}; known: {', '.join(LAYER_TYPES)}")
-        pattern = _period(["local" if t == "sliding_attention" else "global" for t in types])
+        pattern = shortest_cycle(layer_kinds(cfg, L))
     window = cfg["sliding_window"]
     _refuse_if(cfg, "sliding_window", "local" in pattern and (window is None or window < 1),
                "sliding_attention blocks need a window of 1 or more tokens (transformers' cache fails without one)")

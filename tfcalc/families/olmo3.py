@@ -5,7 +5,7 @@ shapes."""
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, QWEN_LAYER_TYPES, _decoder, _refuse_if, _window, register, show
+from ..hf import _DECODER_TYPES, _decoder, _refuse_if, _window, layer_kinds, register
 
 DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
@@ -37,14 +37,11 @@ def layer_windows(cfg: dict, fields: dict, notes: list[str], default: list[str])
     L = fields["n_layers"]
     types = cfg.get("layer_types")
     if types is not None:
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
-                   f"{', '.join(QWEN_LAYER_TYPES)}")
+        kinds = layer_kinds(cfg, L)
         _refuse_if(cfg, "layer_types", "sliding_attention" in types and cfg.get("sliding_window") is None,
                    "sliding_attention blocks with sliding_window=None: transformers has no window for them (its "
                    "cache cannot be built)")
-        default = ["local" if t == "sliding_attention" else "global" for t in types]
+        default = kinds
     else:
         _refuse_if(cfg, "sliding_window", cfg.get("sliding_window") is None and "local" in default[:L],
                    "the default layer_types have sliding_attention blocks, for which transformers then has no window "

@@ -10,8 +10,7 @@ layer_types' sliding_attention ones (by default the NoPE blocks).
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, QWEN_LAYER_TYPES, _decoder, _refuse_if, _window, register, show
-from .gemma4 import shortest_cycle
+from ..hf import _DECODER_TYPES, _decoder, _refuse_if, _window, layer_kinds, register, shortest_cycle, show
 
 DEFAULTS = dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                 num_attention_heads=16, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
@@ -68,10 +67,7 @@ def smollm3(cfg: dict, notes: list[str]) -> dict:
     window_on = cfg["use_sliding_window"] is True and cfg.get("sliding_window") is not None
     types = cfg.get("layer_types")
     if types is not None:
-        _refuse_if(cfg, "layer_types", len(types) != L, f"expected a list of num_hidden_layers={L} entries")
-        unknown = sorted(set(types) - set(QWEN_LAYER_TYPES))
-        _refuse_if(cfg, "layer_types", bool(unknown), f"entries {', '.join(map(show, unknown))}; known: "
-                   f"{', '.join(QWEN_LAYER_TYPES)}")
+        layer_kinds(cfg, L)
         _refuse_if(cfg, "layer_types", "sliding_attention" in types and not window_on,
                    f"sliding_attention blocks need use_sliding_window=true and a sliding_window (got "
                    f"use_sliding_window={show(cfg['use_sliding_window'])}, sliding_window="
