@@ -35,6 +35,9 @@ SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense
                   qk_norm="head"),
     "falcon-7b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000, positions="alibi"),
     "mpt-7b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000),
+    # multi-head latent attention, a first dense block, routed and shared experts (DeepSeek)
+    "deepseek-v2-lite": dict(n_layers=2, d_model=256, n_heads=4, d_ff=512, vocab_size=1000, n_experts=8,
+                             d_expert=64),
 }
 
 
@@ -96,3 +99,15 @@ def test_a_batch_of_one_keeps_one_pooled_row():
     report = check_memory(spec, Workload(seq_len=32, batch_size=1), "bf16-mixed", "adamw", "full", "meta")
     rows = {r.category: r for r in report.rows}
     assert rows["activations (end of forward)"].difference == 0
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_shared_experts_and_their_gate_keep_the_routers_input_once(recompute):
+    # Qwen2-MoE's layout: shared experts and a sigmoid gate read the router's x (kept once); the gate keeps its
+    # sigmoid output and the shared experts' sum, which the multiply reads
+    spec = load_preset("mixtral-8x7b").replace(n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128,
+                                               vocab_size=100, seq_len=16, n_experts=4, n_shared_experts=2,
+                                               d_shared_expert=96, shared_expert_gate=True)
+    report = check_memory(spec, Workload(seq_len=16, batch_size=2), "bf16-mixed", "adamw", recompute, "meta")
+    rows = {r.category: r for r in report.rows}
+    assert rows["activations (end of forward)"].difference == 0, rows["activations (end of forward)"]

@@ -249,9 +249,11 @@ def moe(ctx: Ctx) -> list[Op]:
     ops += _ffn(ctx, ("moe/experts",) * 3, t * k, spec.d_expert, weights=E, active=k)
     if spec.n_shared_experts:
         n = spec.n_shared_experts  # every token through each: [T*n, D] @ [D, F_s], ...
-        ops += _ffn(ctx, ("moe/shared_experts",) * 3, t * n, spec.d_shared_expert, weights=n)
-    if spec.shared_expert_gate:
-        ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1))  # x: [T, D] @ W_gate: [D, 1]
+        shared = _ffn(ctx, ("moe/shared_experts",) * 3, t * n, spec.d_shared_expert, weights=n)
+        shared[0] = replace(shared[0], shares_input=True)  # they read the router's x: kept once
+        ops += shared
+    if spec.shared_expert_gate:  # x: [T, D] @ W_gate: [D, 1], the router's x
+        ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1, shares_input=True))
     return _sublayer(ctx, "mlp", ops)
 
 

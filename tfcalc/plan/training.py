@@ -229,6 +229,9 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
         return {"input": 0 if op.shares_input else part(op.rows * op.width * a, split),
                 "statistics": part(op.rows * stats * STAT_BYTES, split)}
     if isinstance(op, Matmul):
+        if op.component.endswith("moe/shared_gate"):  # sigmoid(x W) * shared: the sigmoid's output [T, 1] and the
+            # shared experts' sum [T, D], which the multiply keeps (x is the router's)
+            return {"gate": part((op.m * op.n + op.m * op.k) * a, whole)}
         if op.shares_input or op.m == 0:
             return {}
         split = tp if op.split == "row" else whole
