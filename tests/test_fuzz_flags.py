@@ -85,7 +85,7 @@ def test_flags_either_count_exactly_or_fail_in_one_line_each(invocation):
                                                              "d_head", "d_ff", "vocab_size", "n_kv_heads",
                                                              "positions", "mlp", "n_experts", "d_expert",
                                                              "n_encoder_layers", "first_dense_layers", "moe_every",
-                                                             "norm_position", "qk_norm")):
+                                                             "norm_position", "qk_norm", "parallel_block")):
         # only the workload (and layout-free fields) changed: the parameters are the preset's
         assert d["params"]["total"] == count(load_preset(args[args.index("-p") + 1])).params.total
 
