@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..arch import Layer, Stack, stacks
 from ..spec import ModelSpec
 
-FOLD_EXPERTS = 2048  # fold when the model has more expert modules than this (n_experts x MoE blocks)
+FOLD_EXPERTS = 512  # fold when the model has more expert modules than this (n_experts x MoE blocks)
 
 
 @dataclass(frozen=True)
