@@ -237,3 +237,13 @@ def test_help_keeps_the_brackets_of_field_descriptions():
     assert "[d_head]" in shapes
     missing = [s for s in shapes if " ".join(s.split()) not in text]
     assert not missing, missing
+
+
+def test_every_spec_field_has_its_flag_in_docs_cli():
+    from pathlib import Path
+
+    from tfcalc import ModelSpec
+    doc = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    flags = {name: "--" + name.replace("_", "-") for name in ModelSpec.model_fields}
+    missing = [f for f, flag in flags.items() if flag not in doc and flag.replace("--", "--[no-]") not in doc]
+    assert not missing, missing
