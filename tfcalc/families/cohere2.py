@@ -15,6 +15,7 @@ rope_parameters (frequencies), layer_norm_eps, attention_dropout, the token ids.
 from __future__ import annotations
 
 from ..hf import _decoder, _refuse_if, _window, layer_kinds, register, shortest_cycle
+from .cohere import COMPONENTS as _COHERE_COMPONENTS
 
 DEFAULTS = dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
                 num_attention_heads=64, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=8192,
@@ -28,18 +29,7 @@ TYPES = dict(vocab_size="size", hidden_size="size", intermediate_size="size", nu
              rope_scaling="object?", attention_bias="bool", sliding_window="int?", layer_types="strings?",
              head_dim="size", sliding_window_pattern="size")
 
-COMPONENTS = [
-    (r"model\.embed_tokens", "embedding/token"),
-    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
-    (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
-    (r"model\.layers\.\d+\.self_attn", "attention/core"),
-    (r"model\.layers\.\d+\.self_attn\.o_proj", "attention/out"),
-    (r"model\.layers\.\d+\.mlp\.gate_proj", "mlp/gate"),
-    (r"model\.layers\.\d+\.mlp\.up_proj", "mlp/up"),
-    (r"model\.layers\.\d+\.mlp\.down_proj", "mlp/down"),
-    (r"model\.norm", "final_norm"),
-    (r"lm_head", "head"),
-]
+COMPONENTS = _COHERE_COMPONENTS  # Cohere's module names: one input norm, no post-attention norm
 
 
 def cohere2(cfg: dict, notes: list[str]) -> dict:

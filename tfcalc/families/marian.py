@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..hf import TYPES as _HF_TYPES
 from ..hf import BART_ALIASES, _activation, _refuse_if, _unalias, register, show
+from .mbart import COMPONENTS as _MBART_COMPONENTS
 
 DEFAULTS = dict(vocab_size=58101, decoder_vocab_size=None, max_position_embeddings=1024, encoder_layers=12,
                 encoder_ffn_dim=4096, encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096,
@@ -18,25 +19,10 @@ ALIASES = BART_ALIASES  # MarianConfig's attribute_map is BartConfig's
 TYPES = _HF_TYPES["bart"] | dict.fromkeys(ALIASES, "size") | dict(
     decoder_vocab_size="size?", share_encoder_decoder_embeddings="bool", normalize_before="bool")
 
-_LAYER = r"model\.(?P<stack>encoder|decoder)\.layers\.\d+\."
-COMPONENTS = [
-    (r"model\.shared", "embedding/token"),
-    (r"model\.(?P<stack>encoder|decoder)\.embed_tokens", "{stack}/embedding/token"),  # not shared
-    (r"model\.(?P<stack>encoder|decoder)\.embed_positions", "{stack}/embedding/position"),
-    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "{stack}/attention/qkv"),
-    (_LAYER + r"self_attn", "{stack}/attention/core"),
-    (_LAYER + r"self_attn\.out_proj", "{stack}/attention/out"),
-    (_LAYER + r"self_attn_layer_norm", "{stack}/attention/norm"),
-    (_LAYER + r"encoder_attn\.q_proj", "{stack}/cross_attention/q"),
-    (_LAYER + r"encoder_attn\.(k_proj|v_proj)", "{stack}/cross_attention/kv"),
-    (_LAYER + r"encoder_attn", "{stack}/cross_attention/core"),
-    (_LAYER + r"encoder_attn\.out_proj", "{stack}/cross_attention/out"),
-    (_LAYER + r"encoder_attn_layer_norm", "{stack}/cross_attention/norm"),
-    (_LAYER + r"fc1", "{stack}/mlp/up"),
-    (_LAYER + r"fc2", "{stack}/mlp/down"),
-    (_LAYER + r"final_layer_norm", "{stack}/mlp/norm"),
-    (r"lm_head", "head"),
-]
+# mBART's names without its embedding and final norms, with each stack's own token table when not shared
+COMPONENTS = [_MBART_COMPONENTS[0], (r"model\.(?P<stack>encoder|decoder)\.embed_tokens", "{stack}/embedding/token"),
+              *(rule for rule in _MBART_COMPONENTS[1:]
+                if rule[1] not in ("{stack}/embedding/norm", "{stack}/final_norm"))]
 
 
 def marian(cfg: dict, notes: list[str]) -> dict:
