@@ -35,7 +35,7 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
     if qk_and_sandwich_norms:
         fields["norm_position"] = draw(st.sampled_from(["pre", "post", "sandwich", "output"]))
         if not is_encdec:
-            fields["qk_norm"] = draw(st.sampled_from(["none", "head", "full"]))
+            fields["qk_norm"] = draw(st.sampled_from(["none", "head", "per_head", "full"]))
     if fields["norm_position"] == "pre" and not is_encdec:
         fields["parallel_block"] = draw(st.sampled_from(["none", "one_norm", "two_norms"]))
     if positions == "rotary" and draw(st.booleans()):

@@ -35,6 +35,8 @@ SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense
                   qk_norm="head"),
     "falcon-7b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000, positions="alibi"),
     "mpt-7b": dict(n_layers=2, d_model=256, n_heads=8, d_ff=512, vocab_size=1000),
+    # q/k LayerNorms (no bias) with a weight per head and channel (Cohere's use_qk_norm)
+    "command-r-plus": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=2, d_ff=512, vocab_size=1000),
     # multi-head latent attention, a first dense block, routed and shared experts (DeepSeek)
     "deepseek-v2-lite": dict(n_layers=2, d_model=256, n_heads=4, d_ff=512, vocab_size=1000, n_experts=8,
                              d_expert=64),

@@ -170,7 +170,7 @@ def cohere_configs(draw) -> dict:
         intermediate_size=draw(st.integers(1, 24)), hidden_act=draw(st.sampled_from(["silu", "gelu", "relu"])),
         max_position_embeddings=draw(st.integers(8, 64)), tie_word_embeddings=draw(st.booleans()),
         attention_bias=draw(st.booleans()), logit_scale=draw(st.sampled_from([0.0625, 1.0])),
-        use_qk_norm=draw(st.sampled_from([False, None])))
+        use_qk_norm=draw(st.sampled_from([False, None, True])))
     if draw(st.booleans()):
         config |= dict(head_dim=head_dim, hidden_size=draw(st.integers(4, 32)))
     else:
@@ -272,7 +272,6 @@ def test_heads_and_biases(tmp_path):
     ({"model_type": "falcon", "hidden_size": 100, "num_attention_heads": 3}, "hidden_size=100 is not modelled"),
     ({"model_type": "falcon", "activation": None}, "activation=None is not modelled"),
     ({"model_type": "falcon", "alibi": "false"}, "alibi='false': expected a boolean (true or false) or null"),
-    ({"model_type": "cohere", "use_qk_norm": True}, "use_qk_norm=True is not modelled"),
     ({"model_type": "cohere", "head_dim": 5}, "head_dim=5 is not modelled"),
     ({"model_type": "cohere", "logit_scale": 1}, "logit_scale=1: expected a float"),
     ({"model_type": "cohere", "logit_scale": None}, "logit_scale=None is not modelled"),
@@ -340,6 +339,11 @@ PUBLISHED = {
                       logit_scale=0.0625, max_position_embeddings=8192, num_attention_heads=64, num_hidden_layers=40,
                       num_key_value_heads=64, pad_token_id=0, rope_theta=8000000.0, use_qk_norm=False,
                       vocab_size=256000),
+    "command-r-plus": dict(model_type="cohere", attention_bias=False, bos_token_id=5, eos_token_id=255001,
+                           hidden_act="silu", hidden_size=12288, intermediate_size=33792, layer_norm_eps=1e-05,
+                           logit_scale=0.8333333333333334, max_position_embeddings=131072, num_attention_heads=96,
+                           num_hidden_layers=64, num_key_value_heads=8, pad_token_id=0, rope_theta=75000000.0,
+                           use_qk_norm=True, vocab_size=256000),
 }
 
 
@@ -350,6 +354,7 @@ PUBLISHED = {
     ("falcon-40b", 41_303_293_952),
     ("phi-2", 2_779_683_840),
     ("command-r", 34_980_831_232),
+    ("command-r-plus", 103_810_674_688),  # q/k LayerNorms with a weight per head and channel (qk_norm per_head)
 ])
 def test_presets_are_transformers_on_meta(tmp_path, preset, total):
     config = PUBLISHED[preset]

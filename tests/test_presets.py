@@ -19,7 +19,7 @@ EXPECTED = {
     "deepseek-v3", "deepseek-v2", "deepseek-v2-lite",
     "granite3-3b-a800m", "mbart-large-cc25", "distilbert-base", "opus-mt-en-de",
     "bloom-176b", "bloom-7b1", "mpt-7b",
-    "pythia-6.9b", "gpt-j-6b", "falcon-7b", "falcon-40b", "phi-2", "command-r", "smollm3-3b",
+    "pythia-6.9b", "gpt-j-6b", "falcon-7b", "falcon-40b", "phi-2", "command-r", "command-r-plus", "smollm3-3b",
     "flan-t5-small", "flan-t5-base", "flan-t5-large", "flan-t5-xl", "flan-t5-xxl",
 }
 

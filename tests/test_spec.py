@@ -45,7 +45,7 @@ def test_d_head_may_differ_from_d_model_over_n_heads():
         ({"mlp": "swiglu"}, "mlp='swiglu': Input should be 'standard' or 'gated'"),
         ({"n_shared_experts": 1}, "n_shared_experts=1 needs a mixture of experts"),
         ({"dropout": 0.1}, "dropout=0.1: unknown field"),
-        ({"qk_norm": "layer"}, "qk_norm='layer': Input should be 'none', 'head' or 'full'"),
+        ({"qk_norm": "layer"}, "qk_norm='layer': Input should be 'none', 'head', 'per_head' or 'full'"),
         ({"norm_position": "peri"}, "norm_position='peri': Input should be 'pre', 'post', 'sandwich' or 'output'"),
         ({"qk_norm": "head", "n_encoder_layers": 2}, "qk_norm='head' is for decoder- or encoder-only models"),
         ({"parallel_block": "one_norm", "norm_position": "post"},

@@ -66,10 +66,12 @@ class ModelSpec(BaseModel):
                            "sandwich (x + norm(f(norm(x))), Gemma 2 and 3: a norm before and one after each "
                            "sublayer) or output (x + norm(f(x)), OLMo 2: only the norm of the sublayer's output)."
     )
-    qk_norm: Literal["none", "head", "full"] = Field(
+    qk_norm: Literal["none", "head", "per_head", "full"] = Field(
         "none", description="A norm (of kind `norm`) on the queries and keys after their projection, before rotary: "
                             "head (each head's d_head channels, one weight [d_head] for q and one for k; Qwen3, "
-                            "Gemma 3) or full (all of q, [H * d_head], and all of k, [Hkv * d_head]; OLMo 2)."
+                            "Gemma 3), per_head (each head's d_head channels with weights of its own, [H, d_head] "
+                            "for q and [Hkv, d_head] for k; Cohere's use_qk_norm) or full (all of q, [H * d_head], "
+                            "and all of k, [Hkv * d_head]; OLMo 2)."
     )
     parallel_block: Literal["none", "one_norm", "two_norms"] = Field(
         "none", description="Attention and MLP side by side on the block's input, both added to the residual: "

@@ -124,9 +124,12 @@ def _qk_norms(ctx: Ctx) -> list[Op]:
     """Norms on the new queries and keys (not the cached ones), before rotary: per head (weight [dh] each) or over
     all heads (weights [H*dh] and [Hkv*dh])."""
     spec, t = ctx.spec, ctx.t
-    if spec.qk_norm == "head":  # q: [T*H, dh], k: [T*Hkv, dh]
-        return [Norm(ctx.name("attention/q_norm"), spec.norm, t * spec.n_heads, spec.d_head, "heads"),
-                Norm(ctx.name("attention/k_norm"), spec.norm, t * spec.n_kv_heads, spec.d_head, "heads")]
+    if spec.qk_norm in ("head", "per_head"):  # q: [T*H, dh], k: [T*Hkv, dh]; per_head: a weight [dh] per head
+        per_head = spec.qk_norm == "per_head"
+        return [Norm(ctx.name("attention/q_norm"), spec.norm, t * spec.n_heads, spec.d_head, "heads",
+                     sets=spec.n_heads if per_head else 1),
+                Norm(ctx.name("attention/k_norm"), spec.norm, t * spec.n_kv_heads, spec.d_head, "heads",
+                     sets=spec.n_kv_heads if per_head else 1)]
     if spec.qk_norm == "full":  # q: [T, H*dh], k: [T, Hkv*dh]
         return [Norm(ctx.name("attention/q_norm"), spec.norm, t, spec.d_attn, "heads"),
                 Norm(ctx.name("attention/k_norm"), spec.norm, t, spec.d_kv, "heads")]

@@ -104,10 +104,11 @@ class Norm:
     width: int
     split: str = ""
     shares_input: bool = False
+    sets: int = 1  # sets of weights: a per-head q/k norm has one per head (each row uses its head's)
 
     @property
     def params(self) -> int:
-        return self.width * (2 if self.kind == "layernorm" else 1)
+        return self.sets * self.width * (2 if self.kind == "layernorm" else 1)
 
 
 @dataclass(frozen=True, slots=True)

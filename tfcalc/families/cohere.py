@@ -1,4 +1,4 @@
-"""Cohere Command-R (and Command-R+ without qk norms): transformers' CohereForCausalLM.
+"""Cohere Command-R and Command-R+: transformers' CohereForCausalLM.
 
 Every block is parallel with one norm (parallel_block one_norm): x + attn(input_layernorm(x)) + mlp(input_layernorm(x)),
 with CohereLayerNorm, a LayerNorm with a weight and no bias (norm layernorm_no_bias), also as the final norm.
@@ -6,9 +6,8 @@ Attention: q_proj, k_proj, v_proj (grouped-query by num_key_value_heads) and o_p
 over the whole head (interleaved: the same channels, the same cost). MLP: SwiGLU (gate_proj, up_proj, down_proj, no
 biases). The head is tied by default, without a bias.
 
-Refused: use_qk_norm=true, whose q_norm and k_norm are LayerNorms over each head's head_dim with a weight per head
-and channel ([num_heads, head_dim], [num_key_value_heads, head_dim]): tfcalc's per-head norm (qk_norm head) shares one
-[head_dim] weight across the heads, and its norm over all heads (qk_norm full) takes its statistics over all of them.
+use_qk_norm=true (Command-R+): q_norm and k_norm are LayerNorms over each head's head_dim with a weight per head and
+channel ([num_heads, head_dim], [num_key_value_heads, head_dim]), before rotary: qk_norm per_head.
 
 Not read, because they change no shape and no matmul: logit_scale (the logits are multiplied by it: elementwise),
 rope_theta and the rope scaling type (frequencies), layer_norm_eps, attention_dropout, initializer_range, use_cache,
@@ -36,6 +35,8 @@ COMPONENTS = [
     (r"model\.embed_tokens", "embedding/token"),
     (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
     (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
+    (r"model\.layers\.\d+\.self_attn\.q_norm", "attention/q_norm"),
+    (r"model\.layers\.\d+\.self_attn\.k_norm", "attention/k_norm"),
     (r"model\.layers\.\d+\.self_attn", "attention/core"),
     (r"model\.layers\.\d+\.self_attn\.o_proj", "attention/out"),
     (r"model\.layers\.\d+\.mlp\.gate_proj", "mlp/gate"),
@@ -47,10 +48,6 @@ COMPONENTS = [
 
 
 def cohere(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "use_qk_norm", cfg["use_qk_norm"] is True,
-               "Cohere's q_norm and k_norm are LayerNorms over each head with a weight per head and channel "
-               "([num_heads, head_dim]); tfcalc's qk norms share one [head_dim] weight (head) or take statistics over "
-               "all heads (full)")
     _refuse_if(cfg, "logit_scale", cfg["logit_scale"] is None, "CohereForCausalLM multiplies the logits by it (it "
                "fails with null)")
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -59,7 +56,8 @@ def cohere(cfg: dict, notes: list[str]) -> dict:
                f"an odd head ({head_dim} channels): transformers' rotary tables are {head_dim + 1} wide and fail to "
                "broadcast")
     fields = _decoder(cfg, notes) | dict(d_head=head_dim, norm="layernorm_no_bias", parallel_block="one_norm",
-                                         bias=cfg["attention_bias"], mlp_bias=False)
+                                         bias=cfg["attention_bias"], mlp_bias=False,
+                                         qk_norm="per_head" if cfg["use_qk_norm"] is True else "none")
     if cfg["logit_scale"] != 1.0:
         notes.append(f"logit_scale={show(cfg['logit_scale'])}: the logits are scaled, elementwise (not counted)")
     return fields

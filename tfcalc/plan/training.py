@@ -207,8 +207,9 @@ def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool
         if op.kind == "sinks":  # one logit per query head: split with the heads
             return [op.rows * _ceil(op.dim, tp)], False
         return [(_ceil(op.rows, tp) if op.kind == "token" else op.rows) * op.dim], False
-    if isinstance(op, Norm):
-        return [op.width] * (2 if op.kind == "layernorm" else 1), False
+    if isinstance(op, Norm):  # per-head weights split with the heads
+        sets = _ceil(op.sets, tp) if op.split == "heads" else op.sets
+        return [sets * op.width] * (2 if op.kind == "layernorm" else 1), False
     return [], False
 
 

@@ -136,6 +136,57 @@ class RMSNorm(nn.RMSNorm):
         return super().forward(x)
 
 
+class _PerHeadNormFunction(torch.autograd.Function):
+    """A norm over the last dim of x [..., heads, d] with weights [heads, d] (and bias) of each head's own, keeping what
+    a fused kernel keeps: the input, the weights and the fp32 statistics per row (mean and rstd; RMS: rstd)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, rms):
+        d = x.shape[-1]
+        if rms:
+            x_hat, rstd = torch.ops.aten._fused_rms_norm(x, [d], None, eps)
+            mean = torch.zeros(0, device=x.device)
+        else:
+            x_hat, mean, rstd = torch.native_layer_norm(x, (d,), None, None, eps)
+            mean = mean.float()
+        ctx.rms, ctx.stat_dtype = rms, rstd.dtype
+        ctx.save_for_backward(x, weight, bias, mean, rstd.float())
+        y = x_hat * weight
+        return y + bias if bias is not None else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        acc = torch.promote_types(x.dtype, torch.float32)
+        x_hat = (x.to(acc) * rstd) if ctx.rms else (x.to(acc) - mean) * rstd
+        rows = tuple(range(x.dim() - 2))
+        dw = (dy.to(acc) * x_hat).sum(rows).to(weight.dtype)
+        db = dy.to(acc).sum(rows).to(bias.dtype) if bias is not None else None
+        g = dy.to(acc) * weight.to(acc)
+        if ctx.rms:
+            dx = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        else:
+            dx = rstd * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        return dx.to(x.dtype), dw, db, None, None
+
+
+class PerHeadNorm(nn.Module):
+    """A norm over each head's channels with weights of that head's own ([heads, d]; Cohere's q/k LayerNorms)."""
+
+    def __init__(self, spec: ModelSpec, heads: int, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(heads, d))
+        self.bias = nn.Parameter(torch.zeros(heads, d)) if spec.norm == "layernorm" else None
+        self.rms, self.eps = spec.norm == "rmsnorm", 1e-5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., heads, d]
+        if _saving(x, self.weight, self.bias):
+            return _PerHeadNormFunction.apply(x, self.weight, self.bias, self.eps, self.rms)
+        d = x.shape[-1]
+        y = (F.rms_norm(x, (d,), eps=self.eps) if self.rms else F.layer_norm(x, (d,), eps=self.eps)) * self.weight
+        return y + self.bias if self.bias is not None else y
+
+
 def make_norm(spec: ModelSpec, width: int | None = None) -> nn.Module:
     width = spec.d_model if width is None else width
     if spec.norm == "rmsnorm":
@@ -313,7 +364,10 @@ class Attention(nn.Module):
         self.rotary = spec.positions == "rotary"
         self.recompute_core = recompute == "selective"
         self.qk_norm = spec.qk_norm
-        if spec.qk_norm != "none":  # per head: weight [dh]; full: [H*dh] and [Hkv*dh]
+        if spec.qk_norm == "per_head":  # weights [H, dh] and [Hkv, dh]
+            self.q_norm = PerHeadNorm(spec, spec.n_heads, spec.d_head)
+            self.k_norm = PerHeadNorm(spec, spec.n_kv_heads, spec.d_head)
+        elif spec.qk_norm != "none":  # per head: weight [dh]; full: [H*dh] and [Hkv*dh]
             head = spec.qk_norm == "head"
             self.q_norm = make_norm(spec, spec.d_head if head else spec.d_attn)
             self.k_norm = make_norm(spec, spec.d_head if head else spec.d_kv)
@@ -326,7 +380,7 @@ class Attention(nn.Module):
         if self.qk_norm != "none":
             # each norm keeps a copy of its input, not a view of the fused projection's output (which would keep
             # v's part alive too): what a model with separate q and k projections keeps
-            if self.qk_norm == "head":  # over each head's dh channels: [B, N, heads, dh]
+            if self.qk_norm in ("head", "per_head"):  # over each head's dh channels: [B, N, heads, dh]
                 q = self.q_norm(q.reshape(B, N, H, dh).contiguous()).view(B, N, H * dh)
                 k = self.k_norm(k.reshape(B, N, Hkv, dh).contiguous()).view(B, N, Hkv * dh)
             else:  # over all heads: [B, N, heads * dh]
