@@ -693,8 +693,46 @@ _MAPPERS: dict[str, Any] = {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mist
             "granite": _granite, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "olmo2": _olmo2,
             "gemma2": _gemma2, "gemma3_text": _gemma3_text}
 
-# transformers' module names -> tfcalc components, for the families registered from tfcalc/families/ (the
-# families above keep theirs in tfcalc/verify/hf_model.py); model types that are encoder-decoders
+# transformers' module names -> tfcalc components (`check --hf-config`; tfcalc/verify/hf_model.py). A rule is (regex
+# over a module's path, component); the LLaMA layout's tables are here, where the family modules can reach them.
+DECODER_COMPONENTS = [  # the LLaMA layout and its descendants; the norms around a block differ per family (below)
+    (r"model\.embed_tokens", "embedding/token"),
+    (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|qkv_proj)", "attention/qkv"),
+    (r"model\.layers\.\d+\.self_attn\.q_norm", "attention/q_norm"),
+    (r"model\.layers\.\d+\.self_attn\.k_norm", "attention/k_norm"),
+    (r"model\.layers\.\d+\.self_attn", "attention/core"),
+    (r"model\.layers\.\d+\.self_attn\.o_proj", "attention/out"),
+    (r"model\.layers\.\d+\.mlp\.gate_proj", "mlp/gate"),
+    (r"model\.layers\.\d+\.mlp\.up_proj", "mlp/up"),
+    (r"model\.layers\.\d+\.mlp\.gate_up_proj", "mlp/gate+up"),  # Phi-3's fused gate and up
+    (r"model\.layers\.\d+\.mlp\.down_proj", "mlp/down"),
+    (r"model\.layers\.\d+\.mlp\.gate", "moe/router"),
+    (r"model\.layers\.\d+\.mlp\.experts", "moe/experts"),
+    (r"model\.layers\.\d+\.mlp\.shared_expert\.(gate_proj|up_proj|down_proj)", "moe/shared_experts"),
+    (r"model\.layers\.\d+\.mlp\.shared_expert_gate", "moe/shared_gate"),
+    (r"model\.norm", "final_norm"),
+    (r"lm_head", "head"),
+]
+LLAMA_COMPONENTS = [  # pre-norm: one norm before attention, one before the MLP
+    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
+    (r"model\.layers\.\d+\.post_attention_layernorm", "mlp/norm"),
+    *DECODER_COMPONENTS,
+]
+GEMMA2_COMPONENTS = [  # sandwich norms: before and after attention, before and after the MLP
+    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
+    (r"model\.layers\.\d+\.post_attention_layernorm", "attention/post_norm"),
+    (r"model\.layers\.\d+\.pre_feedforward_layernorm", "mlp/norm"),
+    (r"model\.layers\.\d+\.post_feedforward_layernorm", "mlp/post_norm"),
+    *DECODER_COMPONENTS,
+]
+OLMO2_COMPONENTS = [  # norms after attention and after the MLP only
+    (r"model\.layers\.\d+\.post_attention_layernorm", "attention/post_norm"),
+    (r"model\.layers\.\d+\.post_feedforward_layernorm", "mlp/post_norm"),
+    *DECODER_COMPONENTS,
+]
+
+# the tables of the families registered from tfcalc/families/ (the families above keep theirs in
+# tfcalc/verify/hf_model.py); model types that are encoder-decoders
 COMPONENTS: dict[str, list[tuple[str, str]]] = {}
 ENCODER_DECODER: set[str] = {"t5", "bart"}
 

@@ -41,8 +41,8 @@ def bloom(cfg: dict, notes: list[str]) -> dict:
         notes.append("apply_residual_connection_post_layernorm=true: the residual is the normed input (which tensor "
                      "is added: no parameters, no matmul)")
     if cfg["slow_but_exact"] is True and cfg["pretraining_tp"] > 1:
-        notes.append(f"slow_but_exact=true, pretraining_tp={show(cfg['pretraining_tp'])}: transformers splits the dense "
-                     "and dense_4h_to_h matmuls into slices that multiply the same weights (same FLOPs in total; "
+        notes.append(f"slow_but_exact=true, pretraining_tp={show(cfg['pretraining_tp'])}: transformers splits the "
+                     "dense and dense_4h_to_h matmuls into slices that multiply the same weights (same FLOPs in total; "
                      "check --hf-config sees them in the attention and MLP modules, not in their linears)")
     notes.append(f"alibi positions: no parameters; the config has no maximum length, default seq_len "
                  f"{TRAINING_LENGTH} (BLOOM's training length)")

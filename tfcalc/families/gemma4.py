@@ -19,8 +19,8 @@ with head_dim=256, and more of the above, so none is read today.
 
 from __future__ import annotations
 
-from ..hf import (_DECODER_TYPES, PATTERN_LIMIT, _activation, _decoder, _refuse_if, _window, layer_kinds,
-                  register, shortest_cycle)
+from ..hf import (_DECODER_TYPES, GEMMA2_COMPONENTS, PATTERN_LIMIT, _activation, _decoder, _refuse_if, _window,
+                  layer_kinds, register, shortest_cycle)
 
 # Gemma4TextConfig declares use_bidirectional_attention as Literal["all", "vision"] | None: the kind "all|vision?"
 
@@ -41,24 +41,7 @@ TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidde
                               per_layer_config="object?")
 GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig.__post_init__'s default
 
-_LAYER = r"model\.layers\.\d+\."
-COMPONENTS = [  # Gemma 2/3's sandwich norms and the llama names
-    (r"model\.embed_tokens", "embedding/token"),
-    (_LAYER + r"input_layernorm", "attention/norm"),
-    (_LAYER + r"post_attention_layernorm", "attention/post_norm"),
-    (_LAYER + r"pre_feedforward_layernorm", "mlp/norm"),
-    (_LAYER + r"post_feedforward_layernorm", "mlp/post_norm"),
-    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
-    (_LAYER + r"self_attn\.q_norm", "attention/q_norm"),
-    (_LAYER + r"self_attn\.k_norm", "attention/k_norm"),
-    (_LAYER + r"self_attn", "attention/core"),
-    (_LAYER + r"self_attn\.o_proj", "attention/out"),
-    (_LAYER + r"mlp\.gate_proj", "mlp/gate"),
-    (_LAYER + r"mlp\.up_proj", "mlp/up"),
-    (_LAYER + r"mlp\.down_proj", "mlp/down"),
-    (r"model\.norm", "final_norm"),
-    (r"lm_head", "head"),
-]
+COMPONENTS = GEMMA2_COMPONENTS  # the LLaMA layout's module names with Gemma 2/3's sandwich norms
 
 
 def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:

@@ -5,30 +5,14 @@ shapes."""
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, _decoder, _refuse_if, _window, layer_kinds, register
+from ..hf import _DECODER_TYPES, OLMO2_COMPONENTS, _decoder, _refuse_if, _window, layer_kinds, register
 
 DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
                 tie_word_embeddings=False, attention_bias=False, sliding_window=4096, layer_types=None)
 TYPES = _DECODER_TYPES | dict(attention_bias="bool", sliding_window="int?", layer_types="strings?")
 
-_LAYER = r"model\.layers\.\d+\."
-# the llama names, with OLMo 2's norms (after attention and after the MLP, no input norms)
-COMPONENTS = [
-    (r"model\.embed_tokens", "embedding/token"),
-    (_LAYER + r"post_attention_layernorm", "attention/post_norm"),
-    (_LAYER + r"post_feedforward_layernorm", "mlp/post_norm"),
-    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
-    (_LAYER + r"self_attn\.q_norm", "attention/q_norm"),
-    (_LAYER + r"self_attn\.k_norm", "attention/k_norm"),
-    (_LAYER + r"self_attn", "attention/core"),
-    (_LAYER + r"self_attn\.o_proj", "attention/out"),
-    (_LAYER + r"mlp\.gate_proj", "mlp/gate"),
-    (_LAYER + r"mlp\.up_proj", "mlp/up"),
-    (_LAYER + r"mlp\.down_proj", "mlp/down"),
-    (r"model\.norm", "final_norm"),
-    (r"lm_head", "head"),
-]
+COMPONENTS = OLMO2_COMPONENTS  # the LLaMA layout's module names with OLMo 2's output norms
 
 
 def layer_windows(cfg: dict, fields: dict, notes: list[str], default: list[str]) -> None:

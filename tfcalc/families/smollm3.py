@@ -10,7 +10,8 @@ layer_types' sliding_attention ones (by default the NoPE blocks).
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, _decoder, _refuse_if, _window, layer_kinds, register, shortest_cycle, show
+from ..hf import (_DECODER_TYPES, LLAMA_COMPONENTS, _decoder, _refuse_if, _window, layer_kinds, register,
+                  shortest_cycle, show)
 
 DEFAULTS = dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                 num_attention_heads=16, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
@@ -22,20 +23,7 @@ TYPES = _DECODER_TYPES | dict(head_dim="size", use_sliding_window="bool", slidin
                               no_rope_layers="integers?", no_rope_layer_interval="int", layer_types="strings?",
                               attention_bias="bool", mlp_bias="bool")
 
-_LAYER = r"model\.layers\.\d+\."
-COMPONENTS = [
-    (r"model\.embed_tokens", "embedding/token"),
-    (_LAYER + r"input_layernorm", "attention/norm"),
-    (_LAYER + r"post_attention_layernorm", "mlp/norm"),
-    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
-    (_LAYER + r"self_attn", "attention/core"),
-    (_LAYER + r"self_attn\.o_proj", "attention/out"),
-    (_LAYER + r"mlp\.gate_proj", "mlp/gate"),
-    (_LAYER + r"mlp\.up_proj", "mlp/up"),
-    (_LAYER + r"mlp\.down_proj", "mlp/down"),
-    (r"model\.norm", "final_norm"),
-    (r"lm_head", "head"),
-]
+COMPONENTS = LLAMA_COMPONENTS  # the LLaMA layout's module names
 PATTERN_LIMIT = 65_536  # blocks a per-block rule is written out for
 
 

@@ -41,41 +41,8 @@ INSTALL_HINT = ("transformers is not installed: the check against transformers' 
 # the regex's `stack` group names. The core of an attention is the attention module's own FLOPs (q k^T and p v run in
 # eager_attention_forward, inside that module, outside its projections).
 
-_DECODER = [  # the LLaMA layout and its descendants; the norms around a block differ per family (below)
-    (r"model\.embed_tokens", "embedding/token"),
-    (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|qkv_proj)", "attention/qkv"),
-    (r"model\.layers\.\d+\.self_attn\.q_norm", "attention/q_norm"),
-    (r"model\.layers\.\d+\.self_attn\.k_norm", "attention/k_norm"),
-    (r"model\.layers\.\d+\.self_attn", "attention/core"),
-    (r"model\.layers\.\d+\.self_attn\.o_proj", "attention/out"),
-    (r"model\.layers\.\d+\.mlp\.gate_proj", "mlp/gate"),
-    (r"model\.layers\.\d+\.mlp\.up_proj", "mlp/up"),
-    (r"model\.layers\.\d+\.mlp\.gate_up_proj", "mlp/gate+up"),  # Phi-3's fused gate and up
-    (r"model\.layers\.\d+\.mlp\.down_proj", "mlp/down"),
-    (r"model\.layers\.\d+\.mlp\.gate", "moe/router"),
-    (r"model\.layers\.\d+\.mlp\.experts", "moe/experts"),
-    (r"model\.layers\.\d+\.mlp\.shared_expert\.(gate_proj|up_proj|down_proj)", "moe/shared_experts"),
-    (r"model\.layers\.\d+\.mlp\.shared_expert_gate", "moe/shared_gate"),
-    (r"model\.norm", "final_norm"),
-    (r"lm_head", "head"),
-]
-_LLAMA = [  # pre-norm: one norm before attention, one before the MLP
-    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
-    (r"model\.layers\.\d+\.post_attention_layernorm", "mlp/norm"),
-    *_DECODER,
-]
-_GEMMA2 = [  # sandwich norms: before and after attention, before and after the MLP
-    (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
-    (r"model\.layers\.\d+\.post_attention_layernorm", "attention/post_norm"),
-    (r"model\.layers\.\d+\.pre_feedforward_layernorm", "mlp/norm"),
-    (r"model\.layers\.\d+\.post_feedforward_layernorm", "mlp/post_norm"),
-    *_DECODER,
-]
-_OLMO2 = [  # norms after attention and after the MLP only
-    (r"model\.layers\.\d+\.post_attention_layernorm", "attention/post_norm"),
-    (r"model\.layers\.\d+\.post_feedforward_layernorm", "mlp/post_norm"),
-    *_DECODER,
-]
+# the LLaMA layout and its descendants (in tfcalc.hf: the families in tfcalc/families/ use them too)
+_LLAMA, _GEMMA2, _OLMO2 = hf.LLAMA_COMPONENTS, hf.GEMMA2_COMPONENTS, hf.OLMO2_COMPONENTS
 _GPT2 = [
     (r"transformer\.wte", "embedding/token"),
     (r"transformer\.wpe", "embedding/position"),
