@@ -137,12 +137,20 @@ def describe(spec: ModelSpec) -> str:
     parts = [*layers, f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
     if spec.n_kv_heads != spec.n_heads:
         parts.append(f"kv_heads={spec.n_kv_heads}")
+    global_parts = [f"d_head={spec.global_d_head}"] if spec.global_d_head is not None else []
+    if spec.global_n_kv_heads is not None:
+        global_parts.append(f"kv_heads={spec.global_n_kv_heads}")
+    if spec.global_k_eq_v:
+        global_parts.append("k=v")
+    if global_parts:  # Gemma 4: the global blocks' own attention shape
+        parts.append(f"(global blocks: {' '.join(global_parts)})")
     if getattr(spec, "is_mla", False):  # multi-head latent attention: d_head = qk_nope + qk_rope
         parts.append(f"MLA(kv_lora={spec.kv_lora_rank} q_lora={spec.q_lora_rank} qk={spec.qk_nope_dim}+"
                      f"{spec.qk_rope_dim} v={spec.v_head_dim})")
     parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}", f"N={spec.seq_len}", f"B={spec.batch_size}"]
     if spec.is_moe:
-        parts.append(f"experts={spec.n_experts} top_k={spec.top_k}")
+        parts.append(f"experts={spec.n_experts} top_k={spec.top_k}"
+                     + (" beside the MLP" if getattr(spec, "moe_beside_mlp", False) else ""))
         if spec.n_shared_experts:
             parts.append(f"shared={spec.n_shared_experts}")
         if spec.first_dense_layers:

@@ -124,6 +124,21 @@ class ModelSpec(BaseModel):
                           "sees every key. Gemma 3: five local then one global."
     )
 
+    # global blocks of their own shape (Gemma 4)
+    global_d_head: Size | None = Field(
+        None, description="Head width of the global blocks (those without a sliding window; every block when there "
+                          "is none) when it is not d_head (Gemma 4's global_head_dim): their q, k, v and output "
+                          "projections, q/k norms, scores, values and KV cache that wide. Default d_head."
+    )
+    global_n_kv_heads: Size | None = Field(
+        None, description="Key/value heads of the global blocks (Gemma 4's num_global_key_value_heads); default "
+                          "n_kv_heads. Must divide n_heads."
+    )
+    global_k_eq_v: bool = Field(
+        False, description="The global blocks have no value projection: their values are the key projection's "
+                           "output, before the key norm and rotary (Gemma 4's attention_k_eq_v)."
+    )
+
     # parameter sharing (ALBERT)
     d_embedding: Size | None = Field(
         None, description="A factorised embedding (ALBERT's embedding_size): the token, position and token-type "
@@ -153,6 +168,14 @@ class ModelSpec(BaseModel):
     router_bias: bool = Field(False, description="A bias on the router's linear, one per expert (gpt-oss).")
     first_dense_layers: Count = Field(0, description="MoE models: the first k blocks have a dense MLP of width "
                                                      "d_ff (DeepSeek's first_k_dense_replace).")
+    moe_beside_mlp: bool = Field(
+        False, description="Each MoE block keeps its dense MLP (d_ff wide) and runs the experts beside it, on the "
+                           "same input, the two outputs summed (Gemma 4's enable_moe_block): a norm before and one "
+                           "after each branch (mlp/norm, mlp/branch_norm; moe/norm, moe/post_norm), the sum's norm "
+                           "(mlp/post_norm), and a router on the block's residual stream through an RMS norm without "
+                           "weight, with a scale [d_model] and a scale per expert [n_experts]. Only with "
+                           "norm_position sandwich."
+    )
     moe_every: Size = Field(1, description="MoE models: block i (from 0) is MoE when (i + 1) % moe_every == 0 "
                                            "(Qwen2-MoE's decoder_sparse_step); the others are dense.")
 
@@ -222,7 +245,7 @@ class ModelSpec(BaseModel):
             problems.append(f"top_k={self.top_k} is greater than n_experts={self.n_experts}")
         if self.n_experts == 1:
             for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate", "router_bias",
-                          "first_dense_layers"):
+                          "first_dense_layers", "moe_beside_mlp"):
                 value = getattr(self, field)
                 if value:
                     problems.append(f"{field}={value} needs a mixture of experts (n_experts > 1), got n_experts=1")
@@ -288,6 +311,15 @@ class ModelSpec(BaseModel):
             if kinds:
                 problems.append(f"shared_blocks={self.shared_blocks} needs blocks that are all alike: not with "
                                 f"{', '.join(f'{k}={getattr(self, k)}' for k in kinds)}")
+        self._check_global(problems)
+        if self.moe_beside_mlp and self.is_moe:
+            for field, bad in (("norm_position", self.norm_position != "sandwich"),
+                               ("n_shared_experts", self.n_shared_experts), ("shared_expert_gate",
+                                                                             self.shared_expert_gate),
+                               ("parallel_block", self.parallel_block != "none")):
+                if bad:
+                    problems.append(f"moe_beside_mlp=True is modelled with norm_position='sandwich', no shared "
+                                    f"experts and no parallel block, got {field}={getattr(self, field)!r}")
         if self.d_embedding is not None and self.lm_head:
             problems.append(f"d_embedding={self.d_embedding} is for an encoder without an LM head (ALBERT's "
                             "AlbertModel); set lm_head=False")
@@ -338,6 +370,27 @@ class ModelSpec(BaseModel):
                            ("parallel_block", getattr(self, "parallel_block", "none") != "none")):
             if bad:
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
+
+    def _check_global(self, problems: list[str]) -> None:
+        """The global blocks' own attention shape: not with what has no global/local blocks of one kind."""
+        fields = {f: getattr(self, f) for f in ("global_d_head", "global_n_kv_heads", "global_k_eq_v")
+                  if getattr(self, f) not in (None, False)}
+        if not fields:
+            return
+        given = ", ".join(f"{k}={v}" for k, v in fields.items())
+        if self.global_n_kv_heads is not None and self.n_heads % self.global_n_kv_heads:
+            problems.append(f"global_n_kv_heads={self.global_n_kv_heads} does not divide n_heads={self.n_heads}")
+        for field, bad in (("n_encoder_layers", self.n_encoder_layers), ("kv_lora_rank", self.is_mla),
+                           ("rotary_dim", self.rotary_dim is not None and self.global_d_head is not None)):
+            if bad:
+                problems.append(f"{given} is not modelled with {field}={getattr(self, field)!r}")
+
+    def attention_shape(self, windowed: bool) -> tuple[int, int, bool]:
+        """(d_head, key/value heads, values are the keys) of a block's self-attention: a global block's (no
+        window) are global_d_head, global_n_kv_heads and global_k_eq_v where they are given."""
+        if windowed:
+            return self.d_head, self.n_kv_heads, False
+        return (self.global_d_head or self.d_head, self.global_n_kv_heads or self.n_kv_heads, self.global_k_eq_v)
 
     @property
     def is_mla(self) -> bool:

@@ -70,6 +70,19 @@ class Stack:
             window = spec.sliding_window if local else None
         return Layer(moe, window, self.cross)
 
+    def rotary_width(self, layer: Layer) -> int:
+        """Channels of each query and key head that rotary turns in this block: rotary_dim or the block's d_head
+        (a global block's may be its own, Gemma 4), rounded down to even."""
+        spec = self.spec
+        if spec.global_d_head is None:
+            return spec.rotated
+        d_head = spec.attention_shape(layer.window is not None)[0]
+        return d_head - d_head % 2
+
+    def rotary_widths(self) -> list[int]:
+        """The distinct rotary widths of the stack's blocks: one pair of cos/sin tables each."""
+        return sorted({self.rotary_width(layer) for layer in self.distinct()})
+
     def distinct(self, lo: int = 0, hi: int | None = None) -> dict[Layer, int]:
         """Each distinct block and how many of the stack's blocks (of those from `lo` up to `hi`: a pipeline
         stage's) are like it, in order of first appearance.

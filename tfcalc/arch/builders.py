@@ -62,6 +62,12 @@ class Ctx:
     def name(self, component: str) -> str:
         return self.stack.prefix(component)
 
+    @property
+    def heads(self) -> tuple[int, int, bool]:
+        """This block's self-attention: (d_head, key/value heads, values are the keys); a global block's may
+        differ (Gemma 4)."""
+        return self.spec.attention_shape(self.layer is not None and self.layer.window is not None)
+
 
 Builder = Callable[[Ctx], list[Op]]
 BUILDERS: dict[str, Builder] = {}
@@ -102,12 +108,14 @@ def embedding(ctx: Ctx) -> list[Op]:
     return ops
 
 
-def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask, sinks: int = 0) -> AttentionCore:
+def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask, sinks: int = 0,
+                    d_head: int | None = None, kv_heads: int | None = None) -> AttentionCore:
     spec = ctx.spec
+    d_head, kv_heads = d_head or spec.d_head, kv_heads or spec.n_kv_heads
     cached = ctx.stack.name != "encoder" and spec.causal  # a decoder keeps its keys and values for the next step
     # q: [B, H, s_q, dh] @ k^T: [B, H, dh, s_k]; probs: [B, H, s_q, s_k] @ v: [B, H, s_k, dh]; k, v from Hkv heads
-    return AttentionCore(ctx.name(component), ctx.b, spec.n_heads, s_q, s_k, spec.d_head, spec.d_head, mask,
-                         spec.n_kv_heads, cached, sinks)
+    return AttentionCore(ctx.name(component), ctx.b, spec.n_heads, s_q, s_k, d_head, d_head, mask, kv_heads, cached,
+                         sinks)
 
 
 def _sublayer(ctx: Ctx, sublayer: str, ops: list[Op]) -> list[Op]:
@@ -123,36 +131,37 @@ def _sublayer(ctx: Ctx, sublayer: str, ops: list[Op]) -> list[Op]:
 def _qk_norms(ctx: Ctx) -> list[Op]:
     """Norms on the new queries and keys (not the cached ones), before rotary: per head (weight [dh] each) or over
     all heads (weights [H*dh] and [Hkv*dh])."""
-    spec, t = ctx.spec, ctx.t
+    spec, t, H = ctx.spec, ctx.t, ctx.spec.n_heads
+    dh, kv, _ = ctx.heads
     if spec.qk_norm in ("head", "per_head"):  # q: [T*H, dh], k: [T*Hkv, dh]; per_head: a weight [dh] per head
         per_head = spec.qk_norm == "per_head"
-        return [Norm(ctx.name("attention/q_norm"), spec.norm, t * spec.n_heads, spec.d_head, "heads",
-                     sets=spec.n_heads if per_head else 1),
-                Norm(ctx.name("attention/k_norm"), spec.norm, t * spec.n_kv_heads, spec.d_head, "heads",
-                     sets=spec.n_kv_heads if per_head else 1)]
+        return [Norm(ctx.name("attention/q_norm"), spec.norm, t * H, dh, "heads", sets=H if per_head else 1),
+                Norm(ctx.name("attention/k_norm"), spec.norm, t * kv, dh, "heads", sets=kv if per_head else 1)]
     if spec.qk_norm == "full":  # q: [T, H*dh], k: [T, Hkv*dh]
-        return [Norm(ctx.name("attention/q_norm"), spec.norm, t, spec.d_attn, "heads"),
-                Norm(ctx.name("attention/k_norm"), spec.norm, t, spec.d_kv, "heads")]
+        return [Norm(ctx.name("attention/q_norm"), spec.norm, t, H * dh, "heads"),
+                Norm(ctx.name("attention/k_norm"), spec.norm, t, kv * dh, "heads")]
     return []
 
 
 @builder("attention")
 def attention(ctx: Ctx) -> list[Op]:
     """Self-attention: norm, fused q/k/v projection, q/k norms, scores and value mixing, output projection,
-    residual."""
-    spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
+    residual. A global block may have heads of its own width and number, and no value projection (its values
+    are the keys: Gemma 4)."""
+    spec, t, D, H = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.n_heads
     if spec.is_mla:
         return _sublayer(ctx, "attention", _mla_attention(ctx))
+    dh, kv, k_eq_v = ctx.heads
     return _sublayer(ctx, "attention", [
-        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh]
-        Matmul(ctx.name("attention/qkv"), t, D, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias,
+        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys)
+        Matmul(ctx.name("attention/qkv"), t, D, H * dh + (1 if k_eq_v else 2) * kv * dh, bias=spec.has_qkv_bias,
                split="column"),
         *_qk_norms(ctx),
         *_sinks(ctx),
         _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
-                        sinks=int(spec.attention_sinks)),
+                        sinks=int(spec.attention_sinks), d_head=dh, kv_heads=kv),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
-        Matmul(ctx.name("attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
+        Matmul(ctx.name("attention/out"), t, H * dh, D, bias=spec.bias, split="row"),
     ])
 
 
@@ -245,6 +254,8 @@ def moe(ctx: Ctx) -> list[Op]:
     assumed: the rows are all the token-expert pairs), shared experts every token goes through, their gate."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
     E, k = spec.n_experts, spec.top_k
+    if spec.moe_beside_mlp:
+        return _moe_beside_mlp(ctx)
     ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias),  # x: [T, D] @ W_router: [D, E]
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
@@ -258,6 +269,30 @@ def moe(ctx: Ctx) -> list[Op]:
     if spec.shared_expert_gate:  # x: [T, D] @ W_gate: [D, 1], the router's x
         ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1, shares_input=True))
     return _sublayer(ctx, "mlp", ops)
+
+
+def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
+    """Gemma 4's MoE block (moe_beside_mlp): the dense MLP, normed before and after (mlp/norm, mlp/branch_norm),
+    and beside it the experts on the same residual stream x, normed before and after (moe/norm, moe/post_norm); the
+    router reads x through an RMS norm without weight times a scale [D] (one RMS norm with that weight:
+    moe/router_norm), and each token's top_k weights are times a scale per expert [E] (moe/expert_scale). The two outputs are summed, normed (mlp/post_norm) and added to x."""
+    spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
+    E, k = spec.n_experts, spec.top_k
+    return [
+        _norm(ctx, "mlp/norm", t),
+        *_ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), t, spec.d_ff),
+        _norm(ctx, "mlp/branch_norm", t),
+        Norm(ctx.name("moe/router_norm"), "rmsnorm", t, D, shares_input=True),  # x kept once (mlp/norm's)
+        Table(ctx.name("moe/expert_scale"), 1, E, "scale"),  # [E]
+        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias),  # x: [T, D] @ W_router: [D, E]
+        Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D + k),  # softmax, weights, expert scales
+        replace(_norm(ctx, "moe/norm", t), shares_input=True),  # the same x as mlp/norm's
+        # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
+        *_ffn(ctx, ("moe/experts",) * 3, t * k, spec.d_expert, weights=E, active=k),
+        _norm(ctx, "moe/post_norm", t),
+        _norm(ctx, "mlp/post_norm", t),
+        Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD + 1),  # the two branches summed, then x
+    ]
 
 
 @builder("final_norm")

@@ -29,7 +29,8 @@ DEFAULTS = dict(vocab_size=262_144, hidden_size=2304, intermediate_size=9216, nu
                 max_position_embeddings=131_072, tie_word_embeddings=True, attention_bias=False, sliding_window=512,
                 layer_types=None, final_logit_softcapping=None, use_bidirectional_attention=None,
                 hidden_size_per_layer_input=256, attention_k_eq_v=False, num_kv_shared_layers=0,
-                enable_moe_block=False, use_double_wide_mlp=False, rope_parameters=None)
+                enable_moe_block=False, use_double_wide_mlp=False, rope_parameters=None, num_experts=None,
+                top_k_experts=None, moe_intermediate_size=None)
 # global_head_dim and num_global_key_value_heads are not declared by Gemma4TextConfig: its __post_init__ pops them
 # from its kwargs (global_head_dim default 512) into per_layer_config, which a saved config carries instead
 TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
@@ -38,10 +39,20 @@ TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidde
                               hidden_size_per_layer_input="count", attention_k_eq_v="bool",
                               num_kv_shared_layers="count", enable_moe_block="bool", use_double_wide_mlp="bool",
                               global_head_dim="size", num_global_key_value_heads="size?",
-                              per_layer_config="object?")
+                              per_layer_config="object?", num_experts="size?", top_k_experts="size?",
+                              moe_intermediate_size="size?")
 GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig.__post_init__'s default
 
-COMPONENTS = GEMMA2_COMPONENTS  # the LLaMA layout's module names with Gemma 2/3's sandwich norms
+COMPONENTS = [  # the LLaMA layout's module names with Gemma 2/3's sandwich norms, and the MoE beside the MLP
+    (r"model\.layers\.\d+\.router\.proj", "moe/router"),
+    (r"model\.layers\.\d+\.router\.scale", "moe/router_norm"),  # its weightless norm times this scale
+    (r"model\.layers\.\d+\.router\.per_expert_scale", "moe/expert_scale"),
+    (r"model\.layers\.\d+\.experts", "moe/experts"),
+    (r"model\.layers\.\d+\.pre_feedforward_layernorm_2", "moe/norm"),
+    (r"model\.layers\.\d+\.post_feedforward_layernorm_1", "mlp/branch_norm"),
+    (r"model\.layers\.\d+\.post_feedforward_layernorm_2", "moe/post_norm"),
+    *GEMMA2_COMPONENTS,
+]
 
 
 def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:
@@ -64,29 +75,44 @@ def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:
     return kinds
 
 
-def gemma4_text(cfg: dict, notes: list[str]) -> dict:
-    head_dim = cfg["head_dim"]
+def _global_overrides(cfg: dict, kinds: list[str], notes: list[str]) -> tuple[int, int | None]:
+    """The global blocks' head_dim and key/value heads (None: num_key_value_heads), as Gemma4TextConfig sets them:
+    from per_layer_config when a config carries it (transformers saves one), else from global_head_dim (default
+    512) and, with attention_k_eq_v, num_global_key_value_heads."""
     overrides = cfg.get("per_layer_config")
-    _refuse_if(cfg, "per_layer_config", overrides not in (None, {}),
-               "per-block overrides (a head_dim or num_key_value_heads of their own for some blocks); tfcalc gives "
-               "every block one head_dim and one number of key/value heads")
-    if overrides is None:  # transformers then sets the global blocks' head_dim from global_head_dim
-        global_dim = cfg.get("global_head_dim", GLOBAL_HEAD_DIM)
-        _refuse_if(cfg | {"global_head_dim": global_dim}, "global_head_dim", global_dim != head_dim,
-                   f"global (full_attention) blocks with a head width other than head_dim={head_dim}: their q, k, v "
-                   "and o projections and q/k norms that wide; tfcalc gives every block one head_dim")
-    elif "global_head_dim" in cfg:
-        notes.append(f"global_head_dim={cfg['global_head_dim']} not read: per_layer_config is given (transformers "
-                     "then takes the blocks' sizes from it)")
-    _refuse_if(cfg, "attention_k_eq_v", cfg["attention_k_eq_v"] is True,
-               "global blocks without v_proj (the keys are the values), with num_global_key_value_heads key heads")
+    if overrides is None:
+        k_eq_v = cfg["attention_k_eq_v"] is True
+        if cfg.get("num_global_key_value_heads") is not None and not k_eq_v:
+            notes.append(f"num_global_key_value_heads={cfg['num_global_key_value_heads']} not read: transformers "
+                         "uses it only with attention_k_eq_v=true")
+        return cfg.get("global_head_dim", GLOBAL_HEAD_DIM), cfg.get("num_global_key_value_heads") if k_eq_v else None
+    for field in ("global_head_dim", "num_global_key_value_heads"):
+        if field in cfg:
+            notes.append(f"{field}={cfg[field]} not read: per_layer_config is given (transformers then takes the "
+                         "blocks' sizes from it)")
+    globals_ = {i for i, kind in enumerate(kinds) if kind == "global"}
+    try:
+        blocks = {int(index): value for index, value in overrides.items()}
+    except (TypeError, ValueError):
+        blocks = None
+    ok = blocks is not None and all(isinstance(v, dict) and set(v) <= {"head_dim", "num_key_value_heads"}
+                                    and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                            for x in v.values()) for v in blocks.values())
+    values = [blocks[i] for i in sorted(blocks)] if ok else []
+    _refuse_if(cfg, "per_layer_config", not ok or bool(blocks and (set(blocks) != globals_ or any(
+        v != values[0] for v in values))), "per-block overrides other than one {head_dim, num_key_value_heads} "
+               "for exactly the full_attention blocks (tfcalc gives the global blocks one shape, the local blocks "
+               "another)")
+    first = values[0] if values else {}
+    return first.get("head_dim", cfg["head_dim"]), first.get("num_key_value_heads")
+
+
+def gemma4_text(cfg: dict, notes: list[str]) -> dict:
     _refuse_if(cfg, "hidden_size_per_layer_input", cfg["hidden_size_per_layer_input"] != 0,
                "per-layer embeddings (PLE: a table vocab_size_per_layer_input x num_hidden_layers * "
                "hidden_size_per_layer_input, a projection and a gate per block); give 0 for none")
     _refuse_if(cfg, "num_kv_shared_layers", cfg["num_kv_shared_layers"] != 0,
                "blocks that reuse an earlier block's keys and values (no k_proj, v_proj, k_norm)")
-    _refuse_if(cfg, "enable_moe_block", cfg["enable_moe_block"] is True,
-               "a routed mixture of experts beside the dense MLP in every block, with norms of its own")
     mode = cfg.get("use_bidirectional_attention")
     _refuse_if(cfg, "use_bidirectional_attention", mode == "all",
                "bidirectional attention, with a two-sided window; tfcalc's windows are causal")
@@ -95,14 +121,33 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
                      "ways); no parameters")
     if cfg["use_double_wide_mlp"] is True:
         notes.append("use_double_wide_mlp=true not read: it widens only KV-shared blocks, and there are none")
-    if cfg.get("num_global_key_value_heads") is not None:
-        notes.append(f"num_global_key_value_heads={cfg['num_global_key_value_heads']} not read: transformers uses it "
-                     "only with attention_k_eq_v=true")
     activation = _activation(cfg, "hidden_activation")
     fields = _decoder(cfg | {"hidden_act": cfg["hidden_activation"]}, notes)
     fields |= dict(activation=activation, bias=cfg["attention_bias"], mlp_bias=False, norm_position="sandwich",
                    qk_norm="head")
     kinds = _layer_kinds(cfg, fields["n_layers"], notes)
+    global_dim, global_kv = _global_overrides(cfg, kinds, notes)
+    if global_dim != cfg["head_dim"]:
+        fields["global_d_head"] = global_dim
+    if global_kv is not None and global_kv != fields["n_kv_heads"]:
+        _refuse_if(cfg, "num_global_key_value_heads", fields["n_heads"] % global_kv != 0,
+                   f"global key/value heads that do not divide num_attention_heads={fields['n_heads']}")
+        fields["global_n_kv_heads"] = global_kv
+    if cfg["enable_moe_block"] is True:  # the experts beside the dense MLP in every block
+        for field in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+            _refuse_if(cfg, field, cfg[field] is None, "enable_moe_block=true needs it (transformers fails without)")
+        _refuse_if(cfg, "num_experts", cfg["num_experts"] < 2, "tfcalc models a mixture of 2 or more experts")
+        _refuse_if(cfg, "top_k_experts", cfg["top_k_experts"] > cfg["num_experts"],
+                   f"more than num_experts={cfg['num_experts']} experts per token")
+        fields |= dict(n_experts=cfg["num_experts"], top_k=cfg["top_k_experts"],
+                       d_expert=cfg["moe_intermediate_size"], moe_beside_mlp=True)
+    else:
+        for field in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+            if cfg[field] is not None:
+                notes.append(f"{field}={cfg[field]} not read: enable_moe_block=false (no experts)")
+    if cfg["attention_k_eq_v"] is True:
+        fields["global_k_eq_v"] = True
+        notes.append("attention_k_eq_v=true: the global blocks have no v_proj (their values are k_proj's output)")
     _refuse_if(cfg, "sliding_window", cfg["sliding_window"] < 1 and "local" in kinds,
                "sliding_attention blocks need a window of 1 or more")
     _window(cfg, fields, notes, shortest_cycle(kinds))

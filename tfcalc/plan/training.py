@@ -132,9 +132,11 @@ def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
     if problems:
         raise TfcalcError("\n".join(problems))
     tp = layout.tp
-    if spec.n_heads % tp or spec.n_kv_heads % tp:
+    if any(heads % tp for heads in _head_counts(spec)):
         problems.append(f"tp={tp}: tensor parallelism splits the attention heads; it must divide n_heads="
-                        f"{spec.n_heads} and n_kv_heads={spec.n_kv_heads}")
+                        f"{spec.n_heads} and n_kv_heads={spec.n_kv_heads}" + (
+                            f" and global_n_kv_heads={spec.global_n_kv_heads}"
+                            if spec.global_n_kv_heads is not None else ""))
     blocks = sum(s.n_layers for s in stacks(spec))
     if layout.pp > 1 and spec.shared_blocks is not None:
         problems.append(f"pp={layout.pp}: blocks that share parameters (shared_blocks={spec.shared_blocks}) are not "
@@ -190,6 +192,11 @@ def _shard(w: int, g: int, o: int, m: int, zero: int, dp: int) -> ModelStates:
                        _ceil(o, dp) if zero >= 1 else o, _ceil(m, dp) if zero >= 1 else m)
 
 
+def _head_counts(spec: ModelSpec) -> list[int]:
+    """The head counts tensor parallelism splits: query heads, key/value heads (and a global block's own)."""
+    return [spec.n_heads, spec.n_kv_heads] + ([spec.global_n_kv_heads] if spec.global_n_kv_heads else [])
+
+
 def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool]:
     """The parameter tensors one GPU holds of `op` (their sizes) and whether they are routed experts'."""
     if isinstance(op, Matmul):
@@ -208,6 +215,8 @@ def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool
             return [op.rows * _ceil(op.dim, tp)], False
         return [(_ceil(op.rows, tp) if op.kind == "token" else op.rows) * op.dim], False
     if isinstance(op, Norm):  # per-head weights split with the heads
+        if not op.params:  # a norm without weight (Gemma 4's router norm)
+            return [], False
         sets = _ceil(op.sets, tp) if op.split == "heads" else op.sets
         return [sets * op.width] * (2 if op.kind == "layernorm" else 1), False
     return [], False
@@ -258,14 +267,16 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
     return {}
 
 
-def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout) -> int:
+def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout, expert_scale: bool = False) -> int:
     """What routing keeps, for t tokens to k of E experts of width D: the router's softmax (t E), the top-k
     indices (int64) and values and their sum, each expert's token and slot indices (2 int64 per pair), the routing
-    weight per pair, and each expert's output (kept by the multiply by its weight): whole on every
-    tensor-parallel GPU unless sequence-parallel."""
+    weight per pair (twice with a scale per expert, Gemma 4: the weight before and after its expert's scale), and
+    each expert's output (kept by the multiply by its weight): whole on every tensor-parallel GPU unless
+    sequence-parallel."""
     t, E, pairs, D = router.m, router.n, experts.m, experts.k
     whole = layout.tp if layout.sp and layout.tp > 1 else 1
-    kept = t * E * a + pairs * 8 + pairs * a + t * a + 2 * pairs * 8 + pairs * a + pairs * D * a
+    weights = pairs * a * (2 if expert_scale else 1)
+    kept = t * E * a + pairs * 8 + pairs * a + t * a + 2 * pairs * 8 + weights + pairs * D * a
     return _ceil(kept, whole * layout.cp)
 
 
@@ -275,6 +286,7 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     gated = False  # a gate beside the up projection since the last activation
     router = None
     previous = None
+    expert_scale = any(isinstance(op, Table) and op.component.endswith("moe/expert_scale") for op in ops)
     for op in ops:
         # a gate: the projection right after the up projection, on its input (a parallel block's MLP also shares
         # attention's input, after attention's residual add)
@@ -285,7 +297,7 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
             router = op
         elif router is not None and isinstance(op, Matmul) and op.active is not None:
             name = router.component[: -len("router")] + "routing"
-            out[name] = out.get(name, 0) + _routing(router, op, a, layout)
+            out[name] = out.get(name, 0) + _routing(router, op, a, layout, expert_scale)
             router = None
         if isinstance(op, Elementwise) and op.kind == "activation":
             gated = False
@@ -328,7 +340,9 @@ def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tupl
             embedding.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
     if spec.positions == "alibi" and recompute != "none":  # a constant, but an input of each recomputed core
         embedding.append((name("attention/alibi bias"), spec.n_heads * s * ctx.keys, 0))
-    rotary = (name("attention/rotary tables"), 2 * s * spec.rotated, 0) if spec.positions == "rotary" else None
+    rotary = None  # cos and sin [s, width] for each distinct width of the stack's blocks
+    if spec.positions == "rotary":
+        rotary = (name("attention/rotary tables"), 2 * s * sum(ctx.stack.rotary_widths()), 0)
     return tuple(embedding), rotary
 
 
@@ -643,8 +657,8 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
     None when nothing up to 65,536 GPUs fits."""
     recipe = PRECISIONS[precision]
     blocks = sum(s.n_layers for s in stacks(spec))
-    tps = [fixed["tp"]] if "tp" in fixed else [t for t in (1, 2, 4, 8) if spec.n_heads % t == 0
-                                                    and spec.n_kv_heads % t == 0]
+    tps = [fixed["tp"]] if "tp" in fixed else [t for t in (1, 2, 4, 8)
+                                                if not any(heads % t for heads in _head_counts(spec))]
     pps = [fixed["pp"]] if "pp" in fixed else _powers(blocks)
     cps = [fixed.get("cp", 1)]
     eps = [fixed["ep"]] if "ep" in fixed else ([e for e in _powers(spec.n_experts) if spec.n_experts % e == 0]

@@ -356,27 +356,34 @@ class Attention(nn.Module):
 
     def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
-        self.qkv = nn.Linear(spec.d_model, spec.d_attn + 2 * spec.d_kv, bias=spec.has_qkv_bias)
+        H = spec.n_heads
+        dh, Hkv, self.k_eq_v = spec.attention_shape(layer.window is not None)
+        self.n_heads, self.n_kv_heads, self.d_head = H, Hkv, dh
+        # a global block whose values are its keys (Gemma 4) has no value projection
+        self.qkv = nn.Linear(spec.d_model, H * dh + (1 if self.k_eq_v else 2) * Hkv * dh, bias=spec.has_qkv_bias)
         self.core = AttentionCore(causal, layer.window, explicit)
-        self.sinks = Sinks(spec.n_heads) if spec.attention_sinks else None
-        self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
+        self.sinks = Sinks(H) if spec.attention_sinks else None
+        self.out = nn.Linear(H * dh, spec.d_model, bias=spec.bias)
         self.rotary = spec.positions == "rotary"
         self.recompute_core = recompute == "selective"
         self.qk_norm = spec.qk_norm
         if spec.qk_norm == "per_head":  # weights [H, dh] and [Hkv, dh]
-            self.q_norm = PerHeadNorm(spec, spec.n_heads, spec.d_head)
-            self.k_norm = PerHeadNorm(spec, spec.n_kv_heads, spec.d_head)
+            self.q_norm = PerHeadNorm(spec, H, dh)
+            self.k_norm = PerHeadNorm(spec, Hkv, dh)
         elif spec.qk_norm != "none":  # per head: weight [dh]; full: [H*dh] and [Hkv*dh]
             head = spec.qk_norm == "head"
-            self.q_norm = make_norm(spec, spec.d_head if head else spec.d_attn)
-            self.k_norm = make_norm(spec, spec.d_head if head else spec.d_kv)
+            self.q_norm = make_norm(spec, dh if head else H * dh)
+            self.k_norm = make_norm(spec, dh if head else Hkv * dh)
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
-        q, k, v = self.qkv(x).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
+        if self.k_eq_v:  # the values are the key projection's output, before the key norm and rotary
+            q, k = self.qkv(x).split([H * dh, Hkv * dh], dim=-1)
+            v = k
+        else:
+            q, k, v = self.qkv(x).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
         if self.qk_norm != "none":
             # each norm keeps a copy of its input, not a view of the fused projection's output (which would keep
             # v's part alive too): what a model with separate q and k projections keeps
@@ -497,12 +504,27 @@ def _combine(out: torch.Tensor, tokens: torch.Tensor, y: torch.Tensor) -> torch.
     return out.index_add(0, tokens, y)
 
 
+class Scale(nn.Module):
+    """A learned scale [width] (Gemma 4's router: one over the model width, one per expert)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+
+
 class MoE(nn.Module):
-    """The `moe` builder."""
+    """The `moe` builder. Beside a dense MLP (moe_beside_mlp, Gemma 4) the router reads the block's residual stream
+    through an RMS norm (`router_norm`: Gemma's weightless norm times its router scale [D], one RMSNorm), each
+    routing weight is times its expert's `expert_scale`, and the experts read x through their own norm (`norm`)
+    and end with `post_norm`."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.top_k = spec.top_k
+        self.beside = spec.moe_beside_mlp
+        if self.beside:  # the router's RMS norm, its weight Gemma's router scale [D]; a scale per expert [E]
+            self.router_norm, self.expert_scale = RMSNorm(spec.d_model), Scale(spec.n_experts)
+            self.norm, self.post_norm = make_norm(spec), make_norm(spec)
         self.router = nn.Linear(spec.d_model, spec.n_experts, bias=spec.router_bias)
         self.experts = nn.ModuleList(MLP(spec, spec.d_expert) for _ in range(spec.n_experts))
         self.shared = nn.ModuleList(MLP(spec, spec.d_shared_expert) for _ in range(spec.n_shared_experts))
@@ -511,10 +533,18 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        probs = self.router(flat).softmax(-1)
+        if self.beside:
+            probs = self.router(self.router_norm(flat)).softmax(-1)
+            inputs = self.norm(flat)
+        else:
+            probs, inputs = self.router(flat).softmax(-1), flat
         out = torch.zeros_like(flat)
         for e, (tokens, weights) in enumerate(self._route(probs)):
-            out = _combine(out, tokens, self.experts[e](flat[tokens]) * weights)
+            if self.beside:
+                weights = weights * self.expert_scale.weight[e]
+            out = _combine(out, tokens, self.experts[e](inputs[tokens]) * weights)
+        if self.beside:
+            return self.post_norm(out).view(shape)
         if len(self.shared):
             shared = sum(expert(flat) for expert in self.shared)
             if self.shared_gate is not None:
@@ -564,14 +594,18 @@ class Block(nn.Module):
             self.cross_attention = CrossAttention(spec, explicit, recompute)
         if layer.moe:
             self.moe = MoE(spec)
-        else:
+        if not layer.moe or spec.moe_beside_mlp:
             self.mlp = MLP(spec, spec.d_ff)
+        self.mlp_branch_norm = make_norm(spec) if layer.moe and spec.moe_beside_mlp else None
 
     def _sublayers(self, context: int, bias, memory, src_len: int, rope=None):
         yield self.attention_norm, self.attention_post_norm, lambda h: self.attention(h, context, bias, rope)
         if hasattr(self, "cross_attention"):
             yield (self.cross_attention_norm, self.cross_attention_post_norm,
                    lambda h: self.cross_attention(h, memory, src_len))
+        if self.mlp_branch_norm is not None:  # the dense MLP and the experts beside it, both on x (Gemma 4)
+            yield None, self.mlp_post_norm, lambda h: self.mlp_branch_norm(self.mlp(self.mlp_norm(h))) + self.moe(h)
+            return
         yield self.mlp_norm, self.mlp_post_norm, self.moe if hasattr(self, "moe") else self.mlp
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
@@ -633,7 +667,9 @@ class StackModule(nn.Module):
             sets = [Block(spec, stack.layer(i), stack.causal, explicit, recompute) for i in range(shared)]
             self.blocks = nn.ModuleList(sets[int(i / (L / shared))] for i in range(L))
         self.final_norm = make_norm(spec) if spec.final_norm else None
-        self.rotated = spec.rotated if spec.positions == "rotary" else None
+        # rotary: one pair of cos/sin tables per distinct width, each block reading its own (Gemma 4's global
+        # blocks have heads of their own width)
+        self.widths = [stack.rotary_width(stack.layer(i)) for i in range(L)] if spec.positions == "rotary" else None
         self.recompute_blocks = recompute == "full"
 
     def forward(self, tokens: torch.Tensor, token_types=None, context: int = 0, table=None, memory=None,
@@ -643,8 +679,10 @@ class StackModule(nn.Module):
         bias = None if self.relative_bias is None else self.relative_bias(N, context + N, tokens.device)
         if self.alibi_heads:
             bias = alibi_bias(self.alibi_heads, N, context + N, x.device, x.dtype)
-        rope = (None, None) if self.rotated is None else rotary_tables(context, N, self.rotated, x.device, x.dtype)
-        for block in self.blocks:
+        tables = {} if self.widths is None else {
+            width: rotary_tables(context, N, width, x.device, x.dtype) for width in sorted(set(self.widths))}
+        for i, block in enumerate(self.blocks):
+            rope = (None, None) if self.widths is None else tables[self.widths[i]]
             if self.recompute_blocks and torch.is_grad_enabled():  # full recomputation: the block's input kept
                 x = checkpoint(block, x, context, bias, memory, src_len, *rope, use_reentrant=False,
                                preserve_rng_state=False)

@@ -17,6 +17,8 @@ _RULES = [
     (r"relative_bias\.table", "attention/relative_bias"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_norm", r"\1/norm"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_post_norm", r"\1/post_norm"),
+    (r"blocks\.\d+\.mlp_branch_norm", "mlp/branch_norm"),
+    (r"blocks\.\d+\.moe\.(norm|post_norm|router_norm|expert_scale)", r"moe/\1"),
     (r"blocks\.\d+\.attention\.(qkv|q_norm|k_norm|core|out|sinks)", r"attention/\1"),
     (r"blocks\.\d+\.attention\.(q_a|q_a_norm|q_b|q|kv_a|kv_a_norm|kv_b)", r"attention/\1"),  # latent attention
     (r"blocks\.\d+\.cross_attention\.(q|kv|core|out)", r"cross_attention/\1"),
