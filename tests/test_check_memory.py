@@ -15,6 +15,13 @@ runner = CliRunner()
 
 SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense/gated/ReLU, MoE, enc-dec, post-norm
     "gpt2": dict(n_layers=2),
+    # Gemma 4: global blocks of their own head width and key heads, values = keys; the experts beside the MLP
+    "gemma4-31b": dict(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_head=16, global_d_head=32,
+                       global_n_kv_heads=1, d_ff=96, vocab_size=1000, sliding_window=8,
+                       attention_pattern=["local", "local", "global"]),
+    "gemma4-26b-a4b": dict(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_head=16, global_d_head=32,
+                           global_n_kv_heads=1, d_ff=48, d_expert=24, n_experts=4, top_k=2, vocab_size=1000,
+                           sliding_window=8, attention_pattern=["local", "global"]),
     "llama2-7b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=2, d_ff=512, vocab_size=1000),
     "mixtral-8x7b": dict(n_layers=2, d_model=256, n_heads=8, n_kv_heads=2, d_ff=512, vocab_size=1000),
     "t5-small": dict(n_layers=2, n_encoder_layers=2, vocab_size=1000),

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from tfcalc import TfcalcError, Workload, count
+from tfcalc import TfcalcError, Workload, count, load_preset
 from tfcalc.families.gemma4 import DEFAULTS, GLOBAL_HEAD_DIM
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
@@ -48,7 +48,8 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
     """FlopCounterMode FLOPs of one eager forward on the CPU."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = transformers.Gemma4ForCausalLM._from_config(hf_config(config), attn_implementation="eager")
+        model = transformers.Gemma4ForCausalLM._from_config(hf_config(config), attn_implementation="eager",
+                                                            experts_implementation="eager")
         ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(0))
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(input_ids=ids)
@@ -81,15 +82,26 @@ def gemma4_configs(draw) -> dict:
                   hidden_activation=draw(st.sampled_from(["gelu_pytorch_tanh", "gelu", "silu", "relu"])),
                   use_double_wide_mlp=draw(st.booleans()), pad_token_id=0, bos_token_id=0, eos_token_id=0)
     if draw(st.booleans()):
-        config["global_head_dim"] = head_dim
-    else:  # a config transformers saved: the blocks' overrides (none) instead of global_head_dim
-        config["per_layer_config"] = {}
-    if draw(st.booleans()):
         config["layer_types"] = draw(st.lists(st.sampled_from(LAYER_TYPES), min_size=layers, max_size=layers))
+    if draw(st.booleans()):  # the experts beside the dense MLP in every block
+        experts = draw(st.integers(2, 4))
+        config |= dict(enable_moe_block=True, num_experts=experts, top_k_experts=draw(st.integers(1, experts)),
+                       moe_intermediate_size=draw(st.integers(2, 8)))
+    # the global (full_attention) blocks' own head width and, with k = v, key/value heads (dividing the heads)
+    global_dim = draw(st.sampled_from([head_dim, 4, 8, 16]))
+    k_eq_v = draw(st.booleans())
+    global_kv = draw(st.sampled_from([k for k in (1, 2, 3) if heads % k == 0]))
+    config["attention_k_eq_v"] = k_eq_v
+    if draw(st.booleans()):
+        config["global_head_dim"] = global_dim
+        if draw(st.booleans()):
+            config["num_global_key_value_heads"] = global_kv
+    else:  # a config transformers saved: the global blocks' overrides instead of global_head_dim
+        types = hf_config(config).layer_types
+        override = {"head_dim": global_dim} | ({"num_key_value_heads": global_kv} if k_eq_v else {})
+        config["per_layer_config"] = {str(i): override for i, t in enumerate(types) if t == "full_attention"}
     for key, values in (("final_logit_softcapping", st.floats(1, 50)), ("use_bidirectional_attention",
-                        st.just("vision")), ("num_global_key_value_heads", st.integers(1, 2)),
-                        ("attention_k_eq_v", st.just(False)), ("num_kv_shared_layers", st.just(0)),
-                        ("enable_moe_block", st.just(False)),
+                        st.just("vision")), ("num_kv_shared_layers", st.just(0)),
                         ("rope_parameters", st.just({"sliding_attention": {"rope_type": "default",
                                                                             "rope_theta": 10000.0},
                                                       "full_attention": {"rope_type": "default",
@@ -149,17 +161,25 @@ def test_the_last_block_is_global_by_default(tmp_path):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({}, "global_head_dim=512 is not modelled: global (full_attention) blocks"),
-    ({"global_head_dim": 256}, "hidden_size_per_layer_input=256 is not modelled: per-layer embeddings"),
-    ({"hidden_size_per_layer_input": 0, "global_head_dim": 512}, "global_head_dim=512 is not modelled"),
-    ({"hidden_size_per_layer_input": 0, "per_layer_config": {"29": {"head_dim": 512}}},
-     "per_layer_config={'29': {'head_dim': 512}} is not modelled: per-block overrides"),
-    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "attention_k_eq_v": True,
-      "num_global_key_value_heads": 1}, "attention_k_eq_v=True is not modelled: global blocks without v_proj"),
+    ({}, "hidden_size_per_layer_input=256 is not modelled: per-layer embeddings"),
+    ({"hidden_size_per_layer_input": 0, "per_layer_config": {"28": {"head_dim": 512}}},
+     "per_layer_config={'28': {'head_dim': 512}} is not modelled: per-block overrides other than one"),
+    ({"hidden_size_per_layer_input": 0, "per_layer_config": {"5": {"head_dim": 512}, "11": {"head_dim": 128},
+                                                              "17": {"head_dim": 512}, "23": {"head_dim": 512},
+                                                              "29": {"head_dim": 512}}},
+     "is not modelled: per-block overrides other than one"),
+    ({"hidden_size_per_layer_input": 0, "per_layer_config": {"5": {"sliding_window": 3}}},
+     "is not modelled: per-block overrides other than one"),
+    ({"hidden_size_per_layer_input": 0, "attention_k_eq_v": True, "num_global_key_value_heads": 3},
+     "num_global_key_value_heads=3 is not modelled: global key/value heads that do not divide"),
     ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 10},
      "num_kv_shared_layers=10 is not modelled"),
-    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4,
-      "top_k_experts": 2, "moe_intermediate_size": 8}, "enable_moe_block=True is not modelled"),
+    ({"hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2},
+     "moe_intermediate_size=None is not modelled: enable_moe_block=true needs it"),
+    ({"hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 1, "top_k_experts": 1,
+      "moe_intermediate_size": 8}, "num_experts=1 is not modelled: tfcalc models a mixture of 2 or more"),
+    ({"hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 5,
+      "moe_intermediate_size": 8}, "top_k_experts=5 is not modelled: more than num_experts=4"),
     ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "use_bidirectional_attention": "all"},
      "use_bidirectional_attention='all' is not modelled"),
     ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "layer_types": ["x"] * 30},
@@ -180,16 +200,20 @@ def test_refusals_name_the_field(tmp_path, changes, message):
     assert message in str(e.value), str(e.value)
 
 
-def test_published_shapes_are_refused_by_their_first_unmodelled_field(tmp_path):
-    # Gemma 4 31B's text tower (typed from memory): no PLE, but global blocks 512 wide, with k = v
-    config = {"model_type": "gemma4", "text_config": {
-        "model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
-        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256, "global_head_dim": 512,
-        "num_global_key_value_heads": 4, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
-        "sliding_window": 1024}}
-    with pytest.raises(TfcalcError) as e:
-        read_hf_config(write(tmp_path, config))
-    assert "global_head_dim=512 is not modelled" in str(e.value)
+def test_k_eq_v_global_blocks_of_their_own_shape(tmp_path):
+    # Gemma 4 31B's text tower's shape (typed from memory), at 6 blocks: global blocks 512 wide with 4 key heads and
+    # no v_proj; the 5 local blocks 256 wide with 16 key/value heads
+    text = {"model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 6,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256, "global_head_dim": 512,
+            "num_global_key_value_heads": 4, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
+            "sliding_window": 1024}
+    spec = read_hf_config(write(tmp_path, {"model_type": "gemma4", "text_config": text})).spec
+    assert (spec.global_d_head, spec.global_n_kv_heads, spec.global_k_eq_v) == (512, 4, True)
+    D, V, F = 5376, 262_144, 21504
+    local = D * (32 + 2 * 16) * 256 + 32 * 256 * D + 2 * 256  # q, k, v, o, q_norm, k_norm
+    global_ = D * (32 + 4) * 512 + 32 * 512 * D + 2 * 512  # q, k (no v), o, q_norm, k_norm
+    block = 3 * D * F + 4 * D  # gated MLP, four sandwich norms
+    assert count(spec).params.total == V * D + 5 * local + global_ + 6 * block + D == meta_params(text)
 
 
 def test_check_hf_config_matches_every_component(tmp_path):
@@ -207,3 +231,47 @@ def test_check_hf_config_matches_every_component(tmp_path):
         rows = {(r.figure, r.component): r for r in report.rows}
         assert rows["params", "attention/q_norm"].transformers == 7 * 8  # L * head_dim
         assert rows["params", "attention/qkv"].transformers == 7 * (48 * (6 + 2 + 2) * 8 + (6 + 2 + 2) * 8)
+
+
+PUBLISHED = json.loads((__import__("pathlib").Path(__file__).parent / "data" / "gemma4_text_configs.json").read_text())
+PRESETS = {"gemma-4-31b": "gemma4-31b", "gemma-4-26b-a4b": "gemma4-26b-a4b"}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_published_text_configs_are_exact_and_agree_with_the_presets(tmp_path, name):
+    # the text_config of each published multimodal config.json (tests/data says where each was read), as the
+    # language model of the gemma4 config: transformers' Gemma4ForCausalLM on meta is the oracle
+    entry = PUBLISHED[name]
+    config = {"model_type": "gemma4", "text_config": entry["text_config"],
+              "tie_word_embeddings": entry["tie_word_embeddings"]}
+    spec = read_hf_config(write(tmp_path, config)).spec
+    preset = load_preset(PRESETS[name])
+    assert count(spec).params.total == count(preset).params.total == meta_params(entry["text_config"])
+    assert count(spec.replace(seq_len=4096)).flops.components == count(preset.replace(seq_len=4096)).flops.components
+
+
+def test_published_totals_are_the_model_cards():
+    # Gemma 4 model cards: 31B "30.7B"; 26B-A4B "25.2B total, 3.8B active"
+    assert round(count(load_preset("gemma4-31b")).params.total / 1e8) == 307
+    moe = count(load_preset("gemma4-26b-a4b")).params
+    assert round(moe.total / 1e8) == 252 and round(moe.active / 1e8) == 38
+
+
+def test_check_hf_config_maps_global_blocks_and_the_experts_beside_the_mlp(tmp_path):
+    config = {"model_type": "gemma4_text", "num_hidden_layers": 4, "hidden_size": 32, "intermediate_size": 24,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "global_head_dim": 16,
+              "num_global_key_value_heads": 1, "attention_k_eq_v": True, "vocab_size": 97, "sliding_window": 4,
+              "max_position_embeddings": 64, "hidden_size_per_layer_input": 0, "enable_moe_block": True,
+              "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 6,
+              "layer_types": ["sliding_attention", "full_attention"] * 2}
+    path = write(tmp_path, config)
+    report = hf_model.compare(path, read_hf_config(path).spec, Workload(batch_size=2, seq_len=8))
+    assert report.match and not [r for r in report.rows if r.match is None], report.rows
+    rows = {(r.figure, r.component): r for r in report.rows}
+    # two local blocks: q, k, v 8 wide (4 + 2 + 2 heads); two global blocks: q 4 heads and k 1 head of 16, no v
+    assert rows["params", "attention/qkv"].transformers == 2 * 32 * 8 * 8 + 2 * 32 * 5 * 16
+    assert rows["params", "moe/experts"].transformers == 4 * 4 * 3 * 32 * 6  # L * E * (gate, up, down) * D * F'
+    assert rows["params", "moe/router_norm"].transformers == 4 * 32  # the router's scale [D]
+    assert rows["params", "moe/expert_scale"].transformers == 4 * 4
+    for norm in ("mlp/branch_norm", "moe/norm", "moe/post_norm"):
+        assert rows["params", norm].transformers == 4 * 32
