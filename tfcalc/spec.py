@@ -139,6 +139,28 @@ class ModelSpec(BaseModel):
                            "output, before the key norm and rotary (Gemma 4's attention_k_eq_v)."
     )
 
+    # per-layer embeddings and blocks that share keys and values (Gemma 4 E2B, E4B)
+    d_per_layer_input: Size | None = Field(
+        None, description="Per-layer embeddings (Gemma 4's hidden_size_per_layer_input, P): a table per_layer_vocab x "
+                          "n_layers * P looked up by the tokens, a projection d_model -> n_layers * P of the embedded "
+                          "tokens and an RMS norm [P] over each block's slice; in each block, after the MLP, a gate "
+                          "d_model -> P, the activation, times the block's slice, a projection P -> d_model and a norm "
+                          "[d_model], added to the residual stream. None: none."
+    )
+    per_layer_vocab: Size | None = Field(
+        None, description="Rows of the per-layer embedding table (Gemma 4's vocab_size_per_layer_input); default "
+                          "vocab_size. Only with d_per_layer_input."
+    )
+    kv_shared_layers: Count = Field(
+        0, description="The last this many blocks compute no keys or values: each attends with those of the last "
+                       "earlier block of its kind, local or global (Gemma 4's num_kv_shared_layers): no key or value "
+                       "projection, no key norm, nothing added to the KV cache."
+    )
+    kv_shared_d_ff: Size | None = Field(
+        None, description="MLP width of the blocks that share keys and values (Gemma 4's use_double_wide_mlp: 2 * "
+                          "d_ff); default d_ff. Only with kv_shared_layers."
+    )
+
     # parameter sharing (ALBERT)
     d_embedding: Size | None = Field(
         None, description="A factorised embedding (ALBERT's embedding_size): the token, position and token-type "
@@ -312,6 +334,7 @@ class ModelSpec(BaseModel):
                 problems.append(f"shared_blocks={self.shared_blocks} needs blocks that are all alike: not with "
                                 f"{', '.join(f'{k}={getattr(self, k)}' for k in kinds)}")
         self._check_global(problems)
+        self._check_per_layer(problems)
         if self.moe_beside_mlp and self.is_moe:
             for field, bad in (("norm_position", self.norm_position != "sandwich"),
                                ("n_shared_experts", self.n_shared_experts), ("shared_expert_gate",
@@ -382,6 +405,25 @@ class ModelSpec(BaseModel):
             problems.append(f"global_n_kv_heads={self.global_n_kv_heads} does not divide n_heads={self.n_heads}")
         for field, bad in (("n_encoder_layers", self.n_encoder_layers), ("kv_lora_rank", self.is_mla),
                            ("rotary_dim", self.rotary_dim is not None and self.global_d_head is not None)):
+            if bad:
+                problems.append(f"{given} is not modelled with {field}={getattr(self, field)!r}")
+
+    def _check_per_layer(self, problems: list[str]) -> None:
+        """Per-layer embeddings and KV sharing: decoder- or encoder-only stacks of ordinary attention."""
+        if self.per_layer_vocab is not None and self.d_per_layer_input is None:
+            problems.append(f"per_layer_vocab={self.per_layer_vocab} needs d_per_layer_input")
+        if self.kv_shared_d_ff is not None and not self.kv_shared_layers:
+            problems.append(f"kv_shared_d_ff={self.kv_shared_d_ff} needs kv_shared_layers > 0")
+        if self.kv_shared_layers >= self.n_layers and self.kv_shared_layers:
+            problems.append(f"kv_shared_layers={self.kv_shared_layers}: at least one block before them computes the "
+                            f"keys and values they reuse, n_layers={self.n_layers}")
+        given = ", ".join(f"{f}={getattr(self, f)}" for f in ("d_per_layer_input", "kv_shared_layers")
+                          if getattr(self, f))
+        if not given:
+            return
+        for field, bad in (("n_encoder_layers", self.n_encoder_layers), ("kv_lora_rank", self.is_mla),
+                           ("shared_blocks", self.shared_blocks is not None),
+                           ("parallel_block", self.parallel_block != "none")):
             if bad:
                 problems.append(f"{given} is not modelled with {field}={getattr(self, field)!r}")
 

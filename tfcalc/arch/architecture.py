@@ -23,11 +23,13 @@ class Layer:
     moe: bool  # a mixture of experts in place of the dense MLP
     window: int | None  # the sliding window of its self-attention; None sees every key it may
     cross: bool  # cross-attention to the encoder's output (a decoder block of an encoder-decoder)
+    kv_shared: bool = False  # attends with an earlier block's keys and values (Gemma 4's KV sharing)
 
     @property
     def label(self) -> str:
         parts = ["moe" if self.moe else "dense", "global" if self.window is None else f"window {self.window:,}"]
-        return ", ".join(parts + (["cross-attention"] if self.cross else []))
+        return ", ".join(parts + (["cross-attention"] if self.cross else [])
+                         + (["shared keys and values"] if self.kv_shared else []))
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Stack:
             points.add(min(spec.first_dense_layers, self.n_layers))
         if self.causal and spec.sliding_window is not None and spec.sliding_window_layers is not None:
             points.add(self.n_layers - spec.sliding_window_layers)
+        if spec.kv_shared_layers:
+            points.add(self.n_layers - spec.kv_shared_layers)
         return sorted(points)
 
     def layer(self, i: int) -> Layer:
@@ -68,7 +72,8 @@ class Stack:
                 layers = self.n_layers if spec.sliding_window_layers is None else spec.sliding_window_layers
                 local = i >= self.n_layers - layers
             window = spec.sliding_window if local else None
-        return Layer(moe, window, self.cross)
+        kv_shared = spec.kv_shared_layers > 0 and i >= self.n_layers - spec.kv_shared_layers
+        return Layer(moe, window, self.cross, kv_shared)
 
     def rotary_width(self, layer: Layer) -> int:
         """Channels of each query and key head that rotary turns in this block: rotary_dim or the block's d_head

@@ -105,6 +105,14 @@ def embedding(ctx: Ctx) -> list[Op]:
         ops.append(Norm(ctx.name("embedding/norm"), spec.norm, ctx.t, D))
     if spec.d_embedding:  # x: [T, E] @ W_proj: [E, D] (ALBERT's embedding_hidden_mapping_in)
         ops.append(Matmul(ctx.name("embedding/projection"), ctx.t, D, spec.d_model, bias=True))
+    if spec.d_per_layer_input:  # Gemma 4's per-layer embeddings: every block's P-wide input, made once here
+        LP = ctx.stack.n_layers * spec.d_per_layer_input
+        ops += [Table(ctx.name("embedding/per_layer"), spec.per_layer_vocab or spec.vocab_size, LP, "per_layer"),
+                # the embedded tokens x: [T, D] @ W: [D, L*P]; x is the first block's input, kept once
+                Matmul(ctx.name("embedding/per_layer_projection"), ctx.t, spec.d_model, LP, shares_input=True),
+                Norm(ctx.name("embedding/per_layer_norm"), "rmsnorm", ctx.t * ctx.stack.n_layers,
+                     spec.d_per_layer_input),  # over each block's slice [T*L, P]
+                Elementwise(ctx.name("embedding/per_layer"), "residual", ctx.t * LP, 2)]  # (table + norm) * scale
     return ops
 
 
@@ -133,14 +141,15 @@ def _qk_norms(ctx: Ctx) -> list[Op]:
     all heads (weights [H*dh] and [Hkv*dh])."""
     spec, t, H = ctx.spec, ctx.t, ctx.spec.n_heads
     dh, kv, _ = ctx.heads
+    norms: list[Norm] = []
     if spec.qk_norm in ("head", "per_head"):  # q: [T*H, dh], k: [T*Hkv, dh]; per_head: a weight [dh] per head
         per_head = spec.qk_norm == "per_head"
-        return [Norm(ctx.name("attention/q_norm"), spec.norm, t * H, dh, "heads", sets=H if per_head else 1),
-                Norm(ctx.name("attention/k_norm"), spec.norm, t * kv, dh, "heads", sets=kv if per_head else 1)]
+        norms = [Norm(ctx.name("attention/q_norm"), spec.norm, t * H, dh, "heads", sets=H if per_head else 1),
+                 Norm(ctx.name("attention/k_norm"), spec.norm, t * kv, dh, "heads", sets=kv if per_head else 1)]
     if spec.qk_norm == "full":  # q: [T, H*dh], k: [T, Hkv*dh]
-        return [Norm(ctx.name("attention/q_norm"), spec.norm, t, H * dh, "heads"),
-                Norm(ctx.name("attention/k_norm"), spec.norm, t, kv * dh, "heads")]
-    return []
+        norms = [Norm(ctx.name("attention/q_norm"), spec.norm, t, H * dh, "heads"),
+                 Norm(ctx.name("attention/k_norm"), spec.norm, t, kv * dh, "heads")]
+    return norms[:1] if ctx.layer is not None and ctx.layer.kv_shared else norms  # no keys of its own
 
 
 @builder("attention")
@@ -152,14 +161,16 @@ def attention(ctx: Ctx) -> list[Op]:
     if spec.is_mla:
         return _sublayer(ctx, "attention", _mla_attention(ctx))
     dh, kv, k_eq_v = ctx.heads
+    shared = ctx.layer.kv_shared  # an earlier block's keys and values: only q here, and nothing cached
+    kv_width = 0 if shared else (1 if k_eq_v else 2) * kv * dh
+    core = _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
+                           sinks=int(spec.attention_sinks), d_head=dh, kv_heads=kv)
     return _sublayer(ctx, "attention", [
-        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys)
-        Matmul(ctx.name("attention/qkv"), t, D, H * dh + (1 if k_eq_v else 2) * kv * dh, bias=spec.has_qkv_bias,
-               split="column"),
+        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared)
+        Matmul(ctx.name("attention/qkv"), t, D, H * dh + kv_width, bias=spec.has_qkv_bias, split="column"),
         *_qk_norms(ctx),
         *_sinks(ctx),
-        _attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
-                        sinks=int(spec.attention_sinks), d_head=dh, kv_heads=kv),
+        replace(core, cached=False, shares_kv=True) if shared else core,
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("attention/out"), t, H * dh, D, bias=spec.bias, split="row"),
     ])
@@ -245,7 +256,27 @@ def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: 
 @builder("mlp")
 def mlp(ctx: Ctx) -> list[Op]:
     """A dense MLP: norm, up [and gate], activation, down, residual."""
-    return _sublayer(ctx, "mlp", _ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), ctx.t, ctx.spec.d_ff))
+    return _sublayer(ctx, "mlp", _ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), ctx.t, _d_ff(ctx)))
+
+
+def _d_ff(ctx: Ctx) -> int:
+    """The dense MLP's width in this block: kv_shared_d_ff in a block that shares keys and values (Gemma 4)."""
+    spec = ctx.spec
+    return spec.kv_shared_d_ff if ctx.layer.kv_shared and spec.kv_shared_d_ff else spec.d_ff
+
+
+@builder("per_layer_input")
+def per_layer_input(ctx: Ctx) -> list[Op]:
+    """Gemma 4's per-layer input, after the MLP: x + norm(proj(act(gate(x)) * the block's P slice))."""
+    spec, t, D, P = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.d_per_layer_input
+    return [
+        Matmul(ctx.name("per_layer/gate"), t, D, P),  # x: [T, D] @ W_gate: [D, P]
+        Elementwise(ctx.name("per_layer/gate"), "activation", t * P, ACTIVATION_FLOPS[spec.activation] + 1,
+                    spec.activation),  # act(gate) * the block's slice
+        Matmul(ctx.name("per_layer/projection"), t, P, D),  # [T, P] @ W_proj: [P, D]
+        Norm(ctx.name("per_layer/norm"), spec.norm, t, D),
+        Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
+    ]
 
 
 @builder("moe")
@@ -280,7 +311,7 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
     E, k = spec.n_experts, spec.top_k
     return [
         _norm(ctx, "mlp/norm", t),
-        *_ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), t, spec.d_ff),
+        *_ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), t, _d_ff(ctx)),
         _norm(ctx, "mlp/branch_norm", t),
         Norm(ctx.name("moe/router_norm"), "rmsnorm", t, D, shares_input=True),  # x kept once (mlp/norm's)
         Table(ctx.name("moe/expert_scale"), 1, E, "scale"),  # [E]
@@ -327,6 +358,8 @@ def block(ctx: Ctx) -> list[Op]:
     names = ["attention", *(["cross_attention"] if ctx.layer.cross else []), "moe" if ctx.layer.moe else "mlp"]
     if ctx.spec.parallel_block != "none":
         return _parallel(ctx, BUILDERS[names[0]](ctx), BUILDERS[names[-1]](ctx))
+    if ctx.spec.d_per_layer_input:
+        names.append("per_layer_input")
     return [op for name in names for op in BUILDERS[name](ctx)]
 
 

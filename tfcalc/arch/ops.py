@@ -69,6 +69,8 @@ class AttentionCore:
     # elements the KV cache keeps per token (all heads); 0: kv_heads * (d_qk + d_v), the keys and values themselves.
     # Multi-head latent attention caches its latent and shared rotary key instead: kv_lora_rank + qk_rope_dim
     cache_width: int = 0
+    # its keys and values are an earlier block's (Gemma 4's KV sharing): not its own to cache or keep for backward
+    shares_kv: bool = False
 
     @property
     def kv_heads(self) -> int:

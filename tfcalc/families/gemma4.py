@@ -30,7 +30,7 @@ DEFAULTS = dict(vocab_size=262_144, hidden_size=2304, intermediate_size=9216, nu
                 layer_types=None, final_logit_softcapping=None, use_bidirectional_attention=None,
                 hidden_size_per_layer_input=256, attention_k_eq_v=False, num_kv_shared_layers=0,
                 enable_moe_block=False, use_double_wide_mlp=False, rope_parameters=None, num_experts=None,
-                top_k_experts=None, moe_intermediate_size=None)
+                top_k_experts=None, moe_intermediate_size=None, vocab_size_per_layer_input=262_144)
 # global_head_dim and num_global_key_value_heads are not declared by Gemma4TextConfig: its __post_init__ pops them
 # from its kwargs (global_head_dim default 512) into per_layer_config, which a saved config carries instead
 TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
@@ -40,7 +40,7 @@ TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidde
                               num_kv_shared_layers="count", enable_moe_block="bool", use_double_wide_mlp="bool",
                               global_head_dim="size", num_global_key_value_heads="size?",
                               per_layer_config="object?", num_experts="size?", top_k_experts="size?",
-                              moe_intermediate_size="size?")
+                              moe_intermediate_size="size?", vocab_size_per_layer_input="size")
 GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig.__post_init__'s default
 
 COMPONENTS = [  # the LLaMA layout's module names with Gemma 2/3's sandwich norms, and the MoE beside the MLP
@@ -75,7 +75,18 @@ def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:
     return kinds
 
 
-def _global_overrides(cfg: dict, kinds: list[str], notes: list[str]) -> tuple[int, int | None]:
+def _kinds_in(kinds: list[str], lo: int, hi: int) -> set[str]:
+    """The kinds of blocks lo..hi-1, `kinds` cycled over the blocks (by arithmetic: no list of every block)."""
+    n = len(kinds)
+    return set(kinds) if hi - lo >= n else {kinds[i % n] for i in range(lo, hi)}
+
+
+def _count_global(kinds: list[str], L: int) -> int:
+    cycles, rest = divmod(L, len(kinds))
+    return cycles * kinds.count("global") + kinds[:rest].count("global")
+
+
+def _global_overrides(cfg: dict, kinds: list[str], L: int, notes: list[str]) -> tuple[int, int | None]:
     """The global blocks' head_dim and key/value heads (None: num_key_value_heads), as Gemma4TextConfig sets them:
     from per_layer_config when a config carries it (transformers saves one), else from global_head_dim (default
     512) and, with attention_k_eq_v, num_global_key_value_heads."""
@@ -90,16 +101,18 @@ def _global_overrides(cfg: dict, kinds: list[str], notes: list[str]) -> tuple[in
         if field in cfg:
             notes.append(f"{field}={cfg[field]} not read: per_layer_config is given (transformers then takes the "
                          "blocks' sizes from it)")
-    globals_ = {i for i, kind in enumerate(kinds) if kind == "global"}
     try:
         blocks = {int(index): value for index, value in overrides.items()}
     except (TypeError, ValueError):
         blocks = None
+    # exactly the global blocks: as many as there are, each of them global
+    is_globals = blocks is not None and len(blocks) == _count_global(kinds, L) and all(
+        0 <= i < L and kinds[i % len(kinds)] == "global" for i in blocks)
     ok = blocks is not None and all(isinstance(v, dict) and set(v) <= {"head_dim", "num_key_value_heads"}
                                     and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
                                             for x in v.values()) for v in blocks.values())
     values = [blocks[i] for i in sorted(blocks)] if ok else []
-    _refuse_if(cfg, "per_layer_config", not ok or bool(blocks and (set(blocks) != globals_ or any(
+    _refuse_if(cfg, "per_layer_config", not ok or bool(blocks and (not is_globals or any(
         v != values[0] for v in values))), "per-block overrides other than one {head_dim, num_key_value_heads} "
                "for exactly the full_attention blocks (tfcalc gives the global blocks one shape, the local blocks "
                "another)")
@@ -107,26 +120,53 @@ def _global_overrides(cfg: dict, kinds: list[str], notes: list[str]) -> tuple[in
     return first.get("head_dim", cfg["head_dim"]), first.get("num_key_value_heads")
 
 
+def _per_layer_inputs(cfg: dict, fields: dict, notes: list[str]) -> None:
+    """Per-layer embeddings (hidden_size_per_layer_input > 0: E2B, E4B)."""
+    P = cfg["hidden_size_per_layer_input"]
+    if not P:
+        return
+    fields["d_per_layer_input"] = P
+    if cfg["vocab_size_per_layer_input"] != fields["vocab_size"]:
+        fields["per_layer_vocab"] = cfg["vocab_size_per_layer_input"]
+    notes.append(f"hidden_size_per_layer_input={P}: per-layer embeddings, a table of "
+                 f"{cfg['vocab_size_per_layer_input']:,} x {fields['n_layers']} * {P} (counted in the embedding "
+                 "parameters), a projection and norm, and a gate, projection and norm in every block")
+
+
+def _kv_sharing(cfg: dict, fields: dict, kinds: list[str], notes: list[str]) -> None:
+    """The last num_kv_shared_layers blocks reuse the keys and values of the last earlier block of their type; with
+    use_double_wide_mlp their MLPs are twice as wide."""
+    S, L = cfg["num_kv_shared_layers"], fields["n_layers"]
+    if not S:
+        if cfg["use_double_wide_mlp"] is True:
+            notes.append("use_double_wide_mlp=true not read: it widens only KV-shared blocks, and there are none")
+        return
+    _refuse_if(cfg, "num_kv_shared_layers", S >= L, f"at least one of the num_hidden_layers={L} blocks computes "
+               "the keys and values the shared ones reuse")
+    _refuse_if(cfg, "num_kv_shared_layers", _kinds_in(kinds, 0, L - S) != set(kinds),
+               "a layer type among the KV-shared blocks (or among all blocks) with no block of that type before "
+               "them (transformers refuses it too)")
+    fields["kv_shared_layers"] = S
+    if cfg["use_double_wide_mlp"] is True:
+        fields["kv_shared_d_ff"] = 2 * fields["d_ff"]
+    notes.append(f"num_kv_shared_layers={S}: the last {S} blocks attend with the keys and values of the last earlier "
+                 "block of their type (no k_proj, v_proj, k_norm; nothing cached)"
+                 + (", their MLPs twice as wide (use_double_wide_mlp)" if cfg["use_double_wide_mlp"] is True else ""))
+
+
 def gemma4_text(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "hidden_size_per_layer_input", cfg["hidden_size_per_layer_input"] != 0,
-               "per-layer embeddings (PLE: a table vocab_size_per_layer_input x num_hidden_layers * "
-               "hidden_size_per_layer_input, a projection and a gate per block); give 0 for none")
-    _refuse_if(cfg, "num_kv_shared_layers", cfg["num_kv_shared_layers"] != 0,
-               "blocks that reuse an earlier block's keys and values (no k_proj, v_proj, k_norm)")
     mode = cfg.get("use_bidirectional_attention")
     _refuse_if(cfg, "use_bidirectional_attention", mode == "all",
                "bidirectional attention, with a two-sided window; tfcalc's windows are causal")
     if mode == "vision":
         notes.append("use_bidirectional_attention='vision': text tokens attend causally (only image tokens both "
                      "ways); no parameters")
-    if cfg["use_double_wide_mlp"] is True:
-        notes.append("use_double_wide_mlp=true not read: it widens only KV-shared blocks, and there are none")
     activation = _activation(cfg, "hidden_activation")
     fields = _decoder(cfg | {"hidden_act": cfg["hidden_activation"]}, notes)
     fields |= dict(activation=activation, bias=cfg["attention_bias"], mlp_bias=False, norm_position="sandwich",
                    qk_norm="head")
     kinds = _layer_kinds(cfg, fields["n_layers"], notes)
-    global_dim, global_kv = _global_overrides(cfg, kinds, notes)
+    global_dim, global_kv = _global_overrides(cfg, kinds, fields["n_layers"], notes)
     if global_dim != cfg["head_dim"]:
         fields["global_d_head"] = global_dim
     if global_kv is not None and global_kv != fields["n_kv_heads"]:
@@ -145,6 +185,8 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
         for field in ("num_experts", "top_k_experts", "moe_intermediate_size"):
             if cfg[field] is not None:
                 notes.append(f"{field}={cfg[field]} not read: enable_moe_block=false (no experts)")
+    _per_layer_inputs(cfg, fields, notes)
+    _kv_sharing(cfg, fields, kinds, notes)
     if cfg["attention_k_eq_v"] is True:
         fields["global_k_eq_v"] = True
         notes.append("attention_k_eq_v=true: the global blocks have no v_proj (their values are k_proj's output)")

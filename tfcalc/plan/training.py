@@ -254,15 +254,18 @@ def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[
         return saved
     if isinstance(op, AttentionCore):
         q = op.b * op.h * op.s_q * op.d_qk
-        kv = op.b * op.kv_heads * op.s_k * (op.d_qk + op.d_v)
+        kv = 0 if op.shares_kv else op.b * op.kv_heads * op.s_k * (op.d_qk + op.d_v)  # shared: kept by their block
         saved = {"qkv": part(q * a, tp) + part(kv * a, tp)}
         if recompute == "none":
             saved["probabilities"] = part(op.b * op.h * op.s_q * (op.s_k + op.sinks) * a, tp)  # with a sink's column
         return saved
     if isinstance(op, Elementwise) and op.kind == "activation":
         # the activation keeps its input (relu: its output, which the next op keeps anyway); gated, the multiply
-        # keeps act(gate) and the up projection's output
+        # keeps act(gate) and the up projection's output; a per-layer input's gate (Gemma 4), act(gate) for its
+        # multiply by the block's slice
         kept = (0 if op.function == "relu" else 1) + (2 if gated else 0)
+        if op.component.endswith("per_layer/gate"):
+            kept += 1
         return {"mlp": part(op.elements * a * kept, tp)} if kept else {}
     return {}
 
@@ -340,6 +343,15 @@ def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tupl
             embedding.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
     if spec.positions == "alibi" and recompute != "none":  # a constant, but an input of each recomputed core
         embedding.append((name("attention/alibi bias"), spec.n_heads * s * ctx.keys, 0))
+    if spec.d_per_layer_input:  # Gemma 4's per-layer inputs [T, L, P], read by every block (a slice each)
+        embedding.append((name("embedding/per-layer inputs"), ctx.t * ctx.stack.n_layers * spec.d_per_layer_input, 0))
+    if spec.kv_shared_layers and recompute == "full":
+        # the keys and values the KV-sharing blocks read stay alive from the forward (their last producer of each
+        # kind is recomputed, but the shared blocks' inputs are the forward's): one block's of each kind
+        kinds = {layer.window: layer for layer in ctx.stack.distinct() if layer.kv_shared}
+        for layer in kinds.values():
+            dh, kv, _ = spec.attention_shape(layer.window is not None)
+            embedding.append((name("attention/shared keys and values"), 2 * ctx.b * kv * ctx.keys * dh, 0))
     rotary = None  # cos and sin [s, width] for each distinct width of the stack's blocks
     if spec.positions == "rotary":
         rotary = (name("attention/rotary tables"), 2 * s * sum(ctx.stack.rotary_widths()), 0)

@@ -198,7 +198,7 @@ class Embedding(nn.Module):
     """Token table (unless an encoder-decoder shares one), positions, token types, a norm; with a factorised
     embedding (d_embedding, ALBERT) all of them d_embedding wide, then a projection to d_model."""
 
-    def __init__(self, spec: ModelSpec, own_token_table: bool):
+    def __init__(self, spec: ModelSpec, own_token_table: bool, n_layers: int = 0):
         super().__init__()
         D = spec.d_embedding or spec.d_model
         self.token = nn.Embedding(spec.vocab_size, D) if own_token_table else None
@@ -207,6 +207,20 @@ class Embedding(nn.Module):
         self.norm = make_norm(spec, D) if spec.embedding_norm else None
         self.projection = nn.Linear(D, spec.d_model) if spec.d_embedding else None
         self.sinusoidal = spec.positions == "sinusoidal"
+        self.per_layer = self.per_layer_projection = self.per_layer_norm = None
+        if spec.d_per_layer_input:  # Gemma 4's per-layer embeddings: n_layers slices of P per token
+            self.n_layers, P = n_layers, spec.d_per_layer_input
+            self.per_layer = nn.Embedding(spec.per_layer_vocab or spec.vocab_size, n_layers * P)
+            self.per_layer_projection = nn.Linear(spec.d_model, n_layers * P, bias=False)
+            self.per_layer_norm = RMSNorm(P)
+
+    def per_layer_inputs(self, tokens: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """[B, N, n_layers, P]: the token's per-layer table row plus the normed projection of its embedding,
+        times 2^-0.5 (Gemma 4's project_per_layer_inputs)."""
+        B, N = tokens.shape
+        projected = self.per_layer_norm(self.per_layer_projection(x).view(B, N, self.n_layers, -1))
+        # the token ids are below both vocabularies (example_inputs)
+        return (projected + self.per_layer(tokens).view(B, N, self.n_layers, -1)) * 2 ** -0.5
 
     def forward(self, tokens: torch.Tensor, token_types: torch.Tensor | None, offset: int,
                 table: nn.Embedding | None) -> torch.Tensor:
@@ -359,8 +373,12 @@ class Attention(nn.Module):
         H = spec.n_heads
         dh, Hkv, self.k_eq_v = spec.attention_shape(layer.window is not None)
         self.n_heads, self.n_kv_heads, self.d_head = H, Hkv, dh
+        # KV sharing (Gemma 4): a shared block takes the keys and values the last earlier block of its kind (its
+        # window) put in `kv_store` (a dict the stack hands its blocks each forward); it projects only q
+        self.kv_shared, self.kv_kind, self.kv_store = layer.kv_shared, layer.window, None
+        kv_width = 0 if self.kv_shared else (1 if self.k_eq_v else 2) * Hkv * dh
         # a global block whose values are its keys (Gemma 4) has no value projection
-        self.qkv = nn.Linear(spec.d_model, H * dh + (1 if self.k_eq_v else 2) * Hkv * dh, bias=spec.has_qkv_bias)
+        self.qkv = nn.Linear(spec.d_model, H * dh + kv_width, bias=spec.has_qkv_bias)
         self.core = AttentionCore(causal, layer.window, explicit)
         self.sinks = Sinks(H) if spec.attention_sinks else None
         self.out = nn.Linear(H * dh, spec.d_model, bias=spec.bias)
@@ -374,11 +392,15 @@ class Attention(nn.Module):
             head = spec.qk_norm == "head"
             self.q_norm = make_norm(spec, dh if head else H * dh)
             self.k_norm = make_norm(spec, dh if head else Hkv * dh)
+        if self.kv_shared and spec.qk_norm != "none":
+            self.k_norm = None
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
+        if self.kv_shared:
+            return self._with_shared_kv(x, context, bias, rope)
         if self.k_eq_v:  # the values are the key projection's output, before the key norm and rotary
             q, k = self.qkv(x).split([H * dh, Hkv * dh], dim=-1)
             v = k
@@ -397,7 +419,25 @@ class Attention(nn.Module):
             q, k = rotary(q, context, rope), rotary(k, context, rope)
         # q, k, v each in its own storage: the fused projection's output is not kept alive by views of it
         q, k, v = q.contiguous(), _cached(k, context).contiguous(), _cached(v, context).contiguous()
+        if self.kv_store is not None:  # the last block of this kind before the shared ones leaves its own
+            self.kv_store[self.kv_kind] = k, v
         y = _run_core(self.core, self.recompute_core, q, k, v, bias, None if self.sinks is None else self.sinks.weight)
+        return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
+
+    def _with_shared_kv(self, x: torch.Tensor, context: int, bias, rope) -> torch.Tensor:
+        B, N, _ = x.shape
+        H, dh = self.n_heads, self.d_head
+        q = self.qkv(x)
+        if self.qk_norm in ("head", "per_head"):
+            q = self.q_norm(q.view(B, N, H, dh)).view(B, N, H * dh)
+        elif self.qk_norm != "none":
+            q = self.q_norm(q)
+        q = _heads(q, H, dh)
+        if self.rotary:
+            q = rotary(q, context, rope)
+        k, v = self.kv_store[self.kv_kind]
+        y = _run_core(self.core, self.recompute_core, q.contiguous(), k, v, bias,
+                      None if self.sinks is None else self.sinks.weight)
         return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
 
 
@@ -594,8 +634,9 @@ class Block(nn.Module):
             self.cross_attention = CrossAttention(spec, explicit, recompute)
         if layer.moe:
             self.moe = MoE(spec)
-        if not layer.moe or spec.moe_beside_mlp:
-            self.mlp = MLP(spec, spec.d_ff)
+        if not layer.moe or spec.moe_beside_mlp:  # twice as wide in a KV-sharing block (use_double_wide_mlp)
+            self.mlp = MLP(spec, spec.kv_shared_d_ff if layer.kv_shared and spec.kv_shared_d_ff else spec.d_ff)
+        self.per_layer = PerLayerInput(spec) if spec.d_per_layer_input else None
         self.mlp_branch_norm = make_norm(spec) if layer.moe and spec.moe_beside_mlp else None
 
     def _sublayers(self, context: int, bias, memory, src_len: int, rope=None):
@@ -610,9 +651,13 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, context: int = 0, bias: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, src_len: int = 0, cos: torch.Tensor | None = None,
-                sin: torch.Tensor | None = None) -> torch.Tensor:
+                sin: torch.Tensor | None = None, per_layer: torch.Tensor | None = None) -> torch.Tensor:
         """cos, sin: the stack's `rotary_tables` (two tensors, not a tuple: a checkpoint of the block saves
-        its tensor arguments)."""
+        its tensor arguments); per_layer: this block's slice of the per-layer inputs [B, N, P] (Gemma 4)."""
+        x = self._sublayers_forward(x, context, bias, memory, src_len, cos, sin)
+        return x if self.per_layer is None else self.per_layer(x, per_layer)
+
+    def _sublayers_forward(self, x, context, bias, memory, src_len, cos, sin) -> torch.Tensor:
         rope = None if cos is None else (cos, sin)
         if self.parallel != "none":  # x + attn(norm(x)) + mlp(norm(x) or norm'(x))
             (norm, _, attention), (mlp_norm, _, mlp) = self._sublayers(context, bias, memory, src_len, rope)
@@ -625,6 +670,20 @@ class Block(nn.Module):
             h = sublayer(norm(x) if norm is not None else x)
             x = x + (post_norm(h) if post_norm is not None else h)
         return x
+
+
+class PerLayerInput(nn.Module):
+    """The `per_layer_input` builder (Gemma 4): x + norm(projection(act(gate(x)) * the block's slice))."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.gate = nn.Linear(spec.d_model, spec.d_per_layer_input, bias=False)
+        self.projection = nn.Linear(spec.d_per_layer_input, spec.d_model, bias=False)
+        self.norm = make_norm(spec)
+        self.act = ACTIVATIONS[spec.activation]
+
+    def forward(self, x: torch.Tensor, per_layer: torch.Tensor) -> torch.Tensor:
+        return x + self.norm(self.projection(self.act(self.gate(x)) * per_layer))
 
 
 class RelativeBias(nn.Module):
@@ -656,7 +715,7 @@ class StackModule(nn.Module):
     def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool,
                  recompute: str = "none"):
         super().__init__()
-        self.embedding = Embedding(spec, own_token_table)
+        self.embedding = Embedding(spec, own_token_table, stack.n_layers)
         self.relative_bias = RelativeBias(spec) if spec.positions == "relative" else None
         self.alibi_heads = spec.n_heads if spec.positions == "alibi" else 0
         L, shared = stack.n_layers, spec.shared_blocks
@@ -671,11 +730,17 @@ class StackModule(nn.Module):
         # blocks have heads of their own width)
         self.widths = [stack.rotary_width(stack.layer(i)) for i in range(L)] if spec.positions == "rotary" else None
         self.recompute_blocks = recompute == "full"
+        self.kv_sharing = spec.kv_shared_layers > 0
 
     def forward(self, tokens: torch.Tensor, token_types=None, context: int = 0, table=None, memory=None,
                 src_len: int = 0) -> torch.Tensor:
         x = self.embedding(tokens, token_types, context, table)
         N = tokens.shape[1]
+        per_layer = None if self.embedding.per_layer is None else self.embedding.per_layer_inputs(tokens, x)
+        if self.kv_sharing:  # a fresh store of keys and values for the blocks that share them
+            store: dict = {}
+            for block in self.blocks:
+                block.attention.kv_store = store
         bias = None if self.relative_bias is None else self.relative_bias(N, context + N, tokens.device)
         if self.alibi_heads:
             bias = alibi_bias(self.alibi_heads, N, context + N, x.device, x.dtype)
@@ -683,11 +748,12 @@ class StackModule(nn.Module):
             width: rotary_tables(context, N, width, x.device, x.dtype) for width in sorted(set(self.widths))}
         for i, block in enumerate(self.blocks):
             rope = (None, None) if self.widths is None else tables[self.widths[i]]
+            mine = None if per_layer is None else per_layer[:, :, i]
             if self.recompute_blocks and torch.is_grad_enabled():  # full recomputation: the block's input kept
-                x = checkpoint(block, x, context, bias, memory, src_len, *rope, use_reentrant=False,
+                x = checkpoint(block, x, context, bias, memory, src_len, *rope, mine, use_reentrant=False,
                                preserve_rng_state=False)
             else:
-                x = block(x, context, bias, memory, src_len, *rope)
+                x = block(x, context, bias, memory, src_len, *rope, mine)
         return self.final_norm(x) if self.final_norm is not None else x
 
 
@@ -772,7 +838,7 @@ def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
     def ids(n: int, high: int) -> torch.Tensor:
         return torch.randint(high, (w.batch_size, n), device=device, generator=generator)
 
-    tokens = ids(w.seq_len, spec.vocab_size)
+    tokens = ids(w.seq_len, min(spec.vocab_size, spec.per_layer_vocab or spec.vocab_size))  # a per-layer table's too
     if spec.is_encoder_decoder:
         return (tokens,) if w.phase == "decode" else (ids(w.src_len or w.seq_len, spec.vocab_size), tokens)
     if not spec.n_token_types:

@@ -13,7 +13,9 @@ from ..counts.breakdown import Breakdown
 
 _STACK = r"(?:(encoder|decoder)\.)?"
 _RULES = [
-    (r"embedding\.(token|position|token_type|norm|projection)", r"embedding/\1"),
+    (r"embedding\.(token|position|token_type|norm|projection|per_layer|per_layer_projection|per_layer_norm)",
+     r"embedding/\1"),
+    (r"blocks\.\d+\.per_layer\.(gate|projection|norm)", r"per_layer/\1"),
     (r"relative_bias\.table", "attention/relative_bias"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_norm", r"\1/norm"),
     (r"blocks\.\d+\.(attention|cross_attention|mlp)_post_norm", r"\1/post_norm"),
