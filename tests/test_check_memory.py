@@ -19,6 +19,10 @@ SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense
     "gemma4-31b": dict(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_head=16, global_d_head=32,
                        global_n_kv_heads=1, d_ff=96, vocab_size=1000, sliding_window=8,
                        attention_pattern=["local", "local", "global"]),
+    # Gemma 4 E2B: per-layer embeddings, the last blocks sharing keys and values (and twice as wide MLPs)
+    "gemma4-e2b": dict(n_layers=4, d_model=64, n_heads=4, n_kv_heads=1, d_head=16, global_d_head=32, d_ff=48,
+                       vocab_size=1000, sliding_window=8, attention_pattern=["local", "global"], d_per_layer_input=8,
+                       kv_shared_layers=2, kv_shared_d_ff=96),
     "gemma4-26b-a4b": dict(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_head=16, global_d_head=32,
                            global_n_kv_heads=1, d_ff=48, d_expert=24, n_experts=4, top_k=2, vocab_size=1000,
                            sliding_window=8, attention_pattern=["local", "global"]),

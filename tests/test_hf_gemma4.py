@@ -52,7 +52,10 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
                                                             experts_implementation="eager")
         ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(0))
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(input_ids=ids)
+            # output_hidden_states: transformers 5.23 fails in _maybe_slice_kv_shared_inputs with KV sharing and no
+            # per-layer inputs (it slices per_layer_inputs, None); asking for the hidden states skips that slicing,
+            # which with logits_to_keep=0 keeps every token anyway (no FLOPs change)
+            model(input_ids=ids, output_hidden_states=True)
     return counter.get_total_flops()
 
 
@@ -78,11 +81,19 @@ def gemma4_configs(draw) -> dict:
                   intermediate_size=draw(st.integers(2, 12)), num_attention_heads=heads, num_key_value_heads=kv,
                   head_dim=head_dim, vocab_size=draw(st.integers(16, 64)), tie_word_embeddings=draw(st.booleans()),
                   attention_bias=draw(st.booleans()), sliding_window=draw(st.integers(1, 6)),
-                  max_position_embeddings=draw(st.integers(8, 64)), hidden_size_per_layer_input=0,
+                  max_position_embeddings=draw(st.integers(8, 64)),
+                  hidden_size_per_layer_input=draw(st.sampled_from([0, 0, 2, 4])),
                   hidden_activation=draw(st.sampled_from(["gelu_pytorch_tanh", "gelu", "silu", "relu"])),
                   use_double_wide_mlp=draw(st.booleans()), pad_token_id=0, bos_token_id=0, eos_token_id=0)
     if draw(st.booleans()):
         config["layer_types"] = draw(st.lists(st.sampled_from(LAYER_TYPES), min_size=layers, max_size=layers))
+    if config["hidden_size_per_layer_input"] and draw(st.booleans()):  # the per-layer table's own vocabulary
+        config["vocab_size_per_layer_input"] = config["vocab_size"] + draw(st.integers(0, 8))
+    # the last blocks reuse keys and values: every layer type has a block before them (transformers refuses it)
+    types = hf_config(config).layer_types
+    shared = draw(st.integers(0, layers - 1))
+    if shared and set(types[:layers - shared]) == set(types):
+        config["num_kv_shared_layers"] = shared
     if draw(st.booleans()):  # the experts beside the dense MLP in every block
         experts = draw(st.integers(2, 4))
         config |= dict(enable_moe_block=True, num_experts=experts, top_k_experts=draw(st.integers(1, experts)),
@@ -101,7 +112,7 @@ def gemma4_configs(draw) -> dict:
         override = {"head_dim": global_dim} | ({"num_key_value_heads": global_kv} if k_eq_v else {})
         config["per_layer_config"] = {str(i): override for i, t in enumerate(types) if t == "full_attention"}
     for key, values in (("final_logit_softcapping", st.floats(1, 50)), ("use_bidirectional_attention",
-                        st.just("vision")), ("num_kv_shared_layers", st.just(0)),
+                        st.just("vision")),
                         ("rope_parameters", st.just({"sliding_attention": {"rope_type": "default",
                                                                             "rope_theta": 10000.0},
                                                       "full_attention": {"rope_type": "default",
@@ -161,7 +172,8 @@ def test_the_last_block_is_global_by_default(tmp_path):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({}, "hidden_size_per_layer_input=256 is not modelled: per-layer embeddings"),
+    ({"num_kv_shared_layers": 30}, "num_kv_shared_layers=30 is not modelled: at least one of the"),
+    ({"num_kv_shared_layers": 25}, "num_kv_shared_layers=25 is not modelled: a layer type among the KV-shared"),
     ({"hidden_size_per_layer_input": 0, "per_layer_config": {"28": {"head_dim": 512}}},
      "per_layer_config={'28': {'head_dim': 512}} is not modelled: per-block overrides other than one"),
     ({"hidden_size_per_layer_input": 0, "per_layer_config": {"5": {"head_dim": 512}, "11": {"head_dim": 128},
@@ -172,8 +184,6 @@ def test_the_last_block_is_global_by_default(tmp_path):
      "is not modelled: per-block overrides other than one"),
     ({"hidden_size_per_layer_input": 0, "attention_k_eq_v": True, "num_global_key_value_heads": 3},
      "num_global_key_value_heads=3 is not modelled: global key/value heads that do not divide"),
-    ({"global_head_dim": 256, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 10},
-     "num_kv_shared_layers=10 is not modelled"),
     ({"hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2},
      "moe_intermediate_size=None is not modelled: enable_moe_block=true needs it"),
     ({"hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 1, "top_k_experts": 1,
@@ -234,7 +244,8 @@ def test_check_hf_config_matches_every_component(tmp_path):
 
 
 PUBLISHED = json.loads((__import__("pathlib").Path(__file__).parent / "data" / "gemma4_text_configs.json").read_text())
-PRESETS = {"gemma-4-31b": "gemma4-31b", "gemma-4-26b-a4b": "gemma4-26b-a4b"}
+PRESETS = {"gemma-4-31b": "gemma4-31b", "gemma-4-26b-a4b": "gemma4-26b-a4b", "gemma-4-e2b": "gemma4-e2b",
+           "gemma-4-e4b": "gemma4-e4b"}
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -255,6 +266,9 @@ def test_published_totals_are_the_model_cards():
     assert round(count(load_preset("gemma4-31b")).params.total / 1e8) == 307
     moe = count(load_preset("gemma4-26b-a4b")).params
     assert round(moe.total / 1e8) == 252 and round(moe.active / 1e8) == 38
+    # E2B: "2.3B effective", the parameters without the per-layer table (262,144 x 35 blocks x 256)
+    e2b = load_preset("gemma4-e2b")
+    assert round((count(e2b).params.total - 262_144 * 35 * 256) / 1e8) == 23
 
 
 def test_check_hf_config_maps_global_blocks_and_the_experts_beside_the_mlp(tmp_path):
