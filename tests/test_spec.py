@@ -60,6 +60,17 @@ def test_d_head_may_differ_from_d_model_over_n_heads():
         ({"d_embedding": 128}, "d_embedding=128 is for an encoder without an LM head"),
         ({"head_bias": True}, "head_bias=True needs an untied LM head (lm_head=True, tie_embeddings=False), got "
                               "lm_head=True, tie_embeddings=True"),
+        # Gemma 4's block kinds
+        ({"global_n_kv_heads": 5}, "global_n_kv_heads=5 does not divide n_heads=12"),
+        ({"global_d_head": 128, "n_encoder_layers": 2}, "global_d_head=128 is not modelled with n_encoder_layers=2"),
+        ({"moe_beside_mlp": True}, "moe_beside_mlp=True needs a mixture of experts (n_experts > 1)"),
+        ({"moe_beside_mlp": True, "n_experts": 4}, "moe_beside_mlp=True is modelled with norm_position='sandwich'"),
+        ({"per_layer_vocab": 100}, "per_layer_vocab=100 needs d_per_layer_input"),
+        ({"kv_shared_d_ff": 100}, "kv_shared_d_ff=100 needs kv_shared_layers > 0"),
+        ({"kv_shared_layers": 12}, "kv_shared_layers=12: at least one block before them computes"),
+        ({"kv_shared_layers": 3, "sliding_window": 8, "attention_pattern": ["local"] * 9 + ["global"] * 3},
+         "kv_shared_layers=3: the shared blocks include global blocks, and no block of that kind comes before"),
+        ({"kv_shared_layers": 1, "shared_blocks": 1}, "kv_shared_layers=1 is not modelled with shared_blocks=1"),
     ],
 )
 def test_invalid_specs_are_refused_naming_field_and_value(change, expected):

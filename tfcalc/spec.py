@@ -417,6 +417,13 @@ class ModelSpec(BaseModel):
         if self.kv_shared_layers >= self.n_layers and self.kv_shared_layers:
             problems.append(f"kv_shared_layers={self.kv_shared_layers}: at least one block before them computes the "
                             f"keys and values they reuse, n_layers={self.n_layers}")
+        elif self.kv_shared_layers and self.causal:
+            head, tail = self._kinds(0, self.n_layers - self.kv_shared_layers), self._kinds(
+                self.n_layers - self.kv_shared_layers, self.n_layers)
+            if not tail <= head:
+                problems.append(f"kv_shared_layers={self.kv_shared_layers}: the shared blocks include "
+                                f"{' and '.join(sorted(tail - head))} blocks, and no block of that kind comes before "
+                                "them to compute the keys and values they reuse")
         given = ", ".join(f"{f}={getattr(self, f)}" for f in ("d_per_layer_input", "kv_shared_layers")
                           if getattr(self, f))
         if not given:
@@ -426,6 +433,19 @@ class ModelSpec(BaseModel):
                            ("parallel_block", self.parallel_block != "none")):
             if bad:
                 problems.append(f"{given} is not modelled with {field}={getattr(self, field)!r}")
+
+    def _kinds(self, lo: int, hi: int) -> set[str]:
+        """'local' and 'global': the kinds of causal blocks lo..hi-1 (by arithmetic over the pattern's period)."""
+        if self.sliding_window is None:
+            return {"global"} if hi > lo else set()
+        if self.attention_pattern is not None:
+            n = len(self.attention_pattern)
+            return set(self.attention_pattern) if hi - lo >= n else {
+                self.attention_pattern[i % n] for i in range(lo, hi)}
+        first_local = self.n_layers - (self.n_layers if self.sliding_window_layers is None
+                                       else self.sliding_window_layers)
+        return ({"global"} if lo < min(hi, first_local) else set()) | ({"local"} if hi > max(lo, first_local)
+                                                                        else set())
 
     def attention_shape(self, windowed: bool) -> tuple[int, int, bool]:
         """(d_head, key/value heads, values are the keys) of a block's self-attention: a global block's (no
