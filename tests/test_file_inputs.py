@@ -657,7 +657,7 @@ DIRECT |= {
     "olmo2": _DECODER_DIRECT,
     "gemma2": _DECODER_DIRECT,
     "gemma3_text": _DECODER_DIRECT,
-    "gemma4_text": _DECODER_DIRECT | dict(attention_bias="bias", global_head_dim="d_head"),
+    "gemma4_text": _DECODER_DIRECT | dict(attention_bias="bias", global_head_dim="global_d_head"),
     "smollm3": _DECODER_DIRECT | dict(attention_bias="bias", mlp_bias="mlp_bias", sliding_window="sliding_window"),
     "cohere2": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window"),
     "granitemoe": _DECODER_DIRECT | dict(attention_bias="bias", num_local_experts="n_experts",

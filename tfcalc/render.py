@@ -137,8 +137,8 @@ def describe(spec: ModelSpec) -> str:
     parts = [*layers, f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
     if spec.n_kv_heads != spec.n_heads:
         parts.append(f"kv_heads={spec.n_kv_heads}")
-    global_parts = [f"d_head={spec.global_d_head}"] if spec.global_d_head is not None else []
-    if spec.global_n_kv_heads is not None:
+    global_parts = [f"d_head={spec.global_d_head}"] if spec.global_d_head not in (None, spec.d_head) else []
+    if spec.global_n_kv_heads not in (None, spec.n_kv_heads):
         global_parts.append(f"kv_heads={spec.global_n_kv_heads}")
     if spec.global_k_eq_v:
         global_parts.append("k=v")

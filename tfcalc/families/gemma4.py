@@ -3,18 +3,17 @@
 Gemma 3's block (sandwich RMSNorms, an RMSNorm on each query and key head, GeGLU by hidden_activation, local and
 global blocks) with a value norm (an RMSNorm without weight on each value head: no parameters, elementwise),
 attention scaling 1.0 and a `layer_scalar` buffer (no parameters, elementwise). By default the last block is global
-(transformers forces layer_types[-1] to full_attention).
-
-Gemma 4 also has features ModelSpec does not model; a config that uses one is refused by that field and value:
-  * global_head_dim (default 512) != head_dim: global blocks with a head width of their own;
-  * attention_k_eq_v=true: global blocks without v_proj (values are the keys), with num_global_key_value_heads;
-  * hidden_size_per_layer_input > 0 (default 256): per-layer embeddings (PLE);
-  * num_kv_shared_layers > 0: the last blocks reuse an earlier block's keys and values (no k/v projections), and
-    with use_double_wide_mlp twice the MLP width;
-  * enable_moe_block=true: a routed MoE beside the dense MLP in every block;
-  * a non-empty per_layer_config (per-block overrides) and use_bidirectional_attention='all'.
-Every published Gemma 4 config (E2B, E4B, 26B-A4B, 31B; recalled, none is stored here) has global_head_dim=512
-with head_dim=256, and more of the above, so none is read today.
+(transformers forces layer_types[-1] to full_attention). And Gemma 4's own features, each a ModelSpec field:
+  * global_head_dim (default 512) and, with attention_k_eq_v, num_global_key_value_heads: the global blocks' own
+    head width and key heads (global_d_head, global_n_kv_heads), without v_proj (global_k_eq_v); a saved config's
+    per_layer_config instead when it is one override for exactly the full_attention blocks;
+  * hidden_size_per_layer_input > 0 (default 256): per-layer embeddings (d_per_layer_input, per_layer_vocab);
+  * num_kv_shared_layers: the last blocks reuse earlier keys and values (kv_shared_layers), with use_double_wide_mlp
+    twice the MLP width (kv_shared_d_ff);
+  * enable_moe_block: the experts beside the dense MLP in every block (moe_beside_mlp).
+Refused by field and value: other per_layer_config overrides, KV sharing without a producer of every layer type,
+a MoE block without its sizes, use_bidirectional_attention='all'. All four published text towers (E2B, E4B,
+26B-A4B, 31B; tests/data/gemma4_text_configs.json) are read exactly.
 """
 
 from __future__ import annotations
@@ -167,8 +166,7 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
                    qk_norm="head")
     kinds = _layer_kinds(cfg, fields["n_layers"], notes)
     global_dim, global_kv = _global_overrides(cfg, kinds, fields["n_layers"], notes)
-    if global_dim != cfg["head_dim"]:
-        fields["global_d_head"] = global_dim
+    fields["global_d_head"] = global_dim  # said even when it is head_dim: the config gives both
     if global_kv is not None and global_kv != fields["n_kv_heads"]:
         _refuse_if(cfg, "num_global_key_value_heads", fields["n_heads"] % global_kv != 0,
                    f"global key/value heads that do not divide num_attention_heads={fields['n_heads']}")
