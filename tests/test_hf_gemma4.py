@@ -289,3 +289,23 @@ def test_check_hf_config_maps_global_blocks_and_the_experts_beside_the_mlp(tmp_p
     assert rows["params", "moe/expert_scale"].transformers == 4 * 4
     for norm in ("mlp/branch_norm", "moe/norm", "moe/post_norm"):
         assert rows["params", norm].transformers == 4 * 32
+
+
+@settings(max_examples=10, deadline=None)
+@given(config=gemma4_configs(), batch=st.integers(1, 2), seq_len=st.integers(2, 8))
+def test_a_prefill_runs_the_kv_sharing_blocks_over_the_scored_token_as_generate_does(tmp_path_factory, config, batch,
+                                                                                      seq_len):
+    # transformers' generate asks for the last position's logits (logits_to_keep=1); from the first KV-sharing block
+    # on, Gemma4TextModel then runs only that position (_maybe_slice_kv_shared_inputs): tfcalc's prefill counts the
+    # same. Per-layer inputs on: without them transformers 5.23 fails in that slicing (it slices None).
+    config = config | {"hidden_size_per_layer_input": config["hidden_size_per_layer_input"] or 2}
+    spec = read_hf_config(write(tmp_path_factory.mktemp("hf"), config)).spec
+    result = count(spec, Workload(batch_size=batch, seq_len=seq_len, phase="prefill"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.Gemma4ForCausalLM._from_config(hf_config(config), attn_implementation="eager",
+                                                            experts_implementation="eager")
+        ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(input_ids=ids, logits_to_keep=1)
+    assert result.flops.forward == counter.get_total_flops()

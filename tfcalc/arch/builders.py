@@ -32,6 +32,7 @@ class Ctx:
     workload: Workload
     stack: Stack
     layer: Layer | None = None
+    final: bool = False  # the stack's final norm (after its last block)
 
     @property
     def b(self) -> int:
@@ -39,11 +40,25 @@ class Ctx:
 
     @property
     def s(self) -> int:
-        """Tokens per sequence this stack processes in the step (0: it does not run, e.g. the encoder in decode)."""
+        """Tokens per sequence this stack (this block) processes in the step (0: it does not run, e.g. the encoder
+        in decode). In a prefill, the blocks from the first that shares keys and values on (Gemma 4) run only
+        over the positions the head scores: their outputs elsewhere feed nothing (they add nothing to the cache),
+        so transformers' generate slices them away (_maybe_slice_kv_shared_inputs), and so does tfcalc."""
         w = self.workload
         if self.stack.name == "encoder":
             return 0 if w.phase == "decode" else (w.src_len or w.seq_len)
+        if self.past_shared_kv:
+            return w.scored
         return w.seq_len
+
+    @property
+    def past_shared_kv(self) -> bool:
+        """A prefill's block that shares keys and values, or the final norm after them: over the scored positions."""
+        w, spec = self.workload, self.spec
+        if w.phase != "prefill" or not spec.kv_shared_layers or self.stack.name == "encoder":
+            return False
+        return self.layer.kv_shared if self.layer is not None else self.final
+
 
     @property
     def t(self) -> int:
@@ -328,6 +343,7 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
 
 @builder("final_norm")
 def final_norm(ctx: Ctx) -> list[Op]:
+    ctx = replace(ctx, final=True)  # over the scored positions after KV-sharing blocks in a prefill
     return [_norm(ctx, "final_norm", ctx.t)] if ctx.spec.final_norm else []
 
 

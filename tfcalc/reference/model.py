@@ -731,9 +731,12 @@ class StackModule(nn.Module):
         self.widths = [stack.rotary_width(stack.layer(i)) for i in range(L)] if spec.positions == "rotary" else None
         self.recompute_blocks = recompute == "full"
         self.kv_sharing = spec.kv_shared_layers > 0
+        self.first_shared = stack.n_layers - spec.kv_shared_layers if self.kv_sharing else -1
 
     def forward(self, tokens: torch.Tensor, token_types=None, context: int = 0, table=None, memory=None,
-                src_len: int = 0) -> torch.Tensor:
+                src_len: int = 0, keep: int = 0) -> torch.Tensor:
+        """keep > 0 (a prefill with KV sharing): from the first block that shares keys and values on, only the last
+        `keep` positions (the scored ones) go on, as transformers' generate runs them."""
         x = self.embedding(tokens, token_types, context, table)
         N = tokens.shape[1]
         per_layer = None if self.embedding.per_layer is None else self.embedding.per_layer_inputs(tokens, x)
@@ -747,6 +750,11 @@ class StackModule(nn.Module):
         tables = {} if self.widths is None else {
             width: rotary_tables(context, N, width, x.device, x.dtype) for width in sorted(set(self.widths))}
         for i, block in enumerate(self.blocks):
+            if keep and i == self.first_shared:  # the positions whose outputs nothing else reads are dropped
+                x = x[:, -keep:]
+                per_layer = None if per_layer is None else per_layer[:, -keep:]
+                bias = None if bias is None else bias[:, :, -keep:]
+                tables = {w: (cos[-keep:], sin[-keep:]) for w, (cos, sin) in tables.items()}
             rope = (None, None) if self.widths is None else tables[self.widths[i]]
             mine = None if per_layer is None else per_layer[:, :, i]
             if self.recompute_blocks and torch.is_grad_enabled():  # full recomputation: the block's input kept
@@ -803,7 +811,8 @@ class Transformer(nn.Module):
             memory = None if w.phase == "decode" else self.encoder(inputs[0], table=table)
             x = self.decoder(inputs[-1], context=w.context, table=table, memory=memory, src_len=w.src_len or 0)
         else:
-            x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context)
+            keep = w.scored if w.phase == "prefill" and self.spec.kv_shared_layers else 0
+            x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep)
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
         if self.pooler is None:
             return out
