@@ -309,3 +309,22 @@ def test_a_prefill_runs_the_kv_sharing_blocks_over_the_scored_token_as_generate_
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(input_ids=ids, logits_to_keep=1)
     assert result.flops.forward == counter.get_total_flops()
+
+
+def test_check_hf_config_maps_per_layer_inputs_and_kv_sharing(tmp_path):
+    config = {"model_type": "gemma4_text", "num_hidden_layers": 5, "hidden_size": 32, "intermediate_size": 24,
+              "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8, "global_head_dim": 16,
+              "vocab_size": 97, "vocab_size_per_layer_input": 101, "sliding_window": 4, "max_position_embeddings": 64,
+              "hidden_size_per_layer_input": 4, "num_kv_shared_layers": 2, "use_double_wide_mlp": True,
+              "layer_types": ["sliding_attention", "full_attention"] * 2 + ["full_attention"]}
+    path = write(tmp_path, config)
+    report = hf_model.compare(path, read_hf_config(path).spec, Workload(batch_size=2, seq_len=8))
+    assert report.match and not [r for r in report.rows if r.match is None], report.rows
+    rows = {(r.figure, r.component): r for r in report.rows}
+    assert rows["params", "embedding/per_layer"].transformers == 101 * 5 * 4  # vocab_per_layer x L*P
+    assert rows["params", "per_layer/gate"].transformers == 5 * 32 * 4
+    # three blocks with keys and values (two local: q 4*8, k and v 8 each; one global: q 4*16, k and v 16 each) and
+    # two sharing global blocks (q only: 4*16), each projection from D = 32
+    assert rows["params", "attention/qkv"].transformers == 32 * (2 * 48 + 96 + 2 * 64)
+    # the two sharing blocks' MLPs twice as wide: 3 * 24 + 2 * 48 channels, gate, up and down each 32 wide
+    assert rows["params", "mlp/up"].transformers == 32 * (3 * 24 + 2 * 48)

@@ -50,6 +50,12 @@ COMPONENTS = [  # the LLaMA layout's module names with Gemma 2/3's sandwich norm
     (r"model\.layers\.\d+\.pre_feedforward_layernorm_2", "moe/norm"),
     (r"model\.layers\.\d+\.post_feedforward_layernorm_1", "mlp/branch_norm"),
     (r"model\.layers\.\d+\.post_feedforward_layernorm_2", "moe/post_norm"),
+    (r"model\.embed_tokens_per_layer", "embedding/per_layer"),  # the per-layer embeddings
+    (r"model\.per_layer_model_projection", "embedding/per_layer_projection"),
+    (r"model\.per_layer_projection_norm", "embedding/per_layer_norm"),
+    (r"model\.layers\.\d+\.per_layer_input_gate", "per_layer/gate"),
+    (r"model\.layers\.\d+\.per_layer_projection", "per_layer/projection"),
+    (r"model\.layers\.\d+\.post_per_layer_input_norm", "per_layer/norm"),
     *GEMMA2_COMPONENTS,
 ]
 
