@@ -347,9 +347,19 @@ PUBLISHED = {
 }
 
 
+def test_gpt_j_published_count_is_its_eight_shard_checkpoint():
+    # mesh-transformer-jax's 6,053,381,344 counts its JAX checkpoint: 8 tensor-parallel shards (cores_per_replica 8),
+    # each with its own copy of the replicated tensors (29 layer norms' scale and offset: 28 blocks and the final
+    # norm; the 28 row-parallel fc_out biases) and its own embedding bias (a Linear per vocabulary slice)
+    D, L, shards = 4096, 28, 8
+    replicated = (shards - 1) * (2 * D * (L + 1) + D * L)
+    embedding_biases = shards * D
+    assert count(load_preset("gpt-j-6b")).params.total + replicated + embedding_biases == 6_053_381_344
+
+
 @pytest.mark.parametrize("preset, total", [
     ("pythia-6.9b", 6_857_302_016),  # the Pythia paper's Table 1
-    ("gpt-j-6b", 6_050_882_784),  # mesh-transformer-jax says 6,053,381,344 of its JAX checkpoint
+    ("gpt-j-6b", 6_050_882_784),  # mesh-transformer-jax's 6,053,381,344: its 8 shards' copies (test above)
     ("falcon-7b", 6_921_720_704),
     ("falcon-40b", 41_303_293_952),
     ("phi-2", 2_779_683_840),
