@@ -1,6 +1,8 @@
 """Inference memory: the KV cache per token and for a workload (GQA, MQA, windows, cross-attention), the weights
 by dtype, and what fits. Published figures, or the arithmetic shown."""
 
+import json
+
 import pytest
 
 from tfcalc import ModelSpec, TfcalcError, Workload, count, load_preset
@@ -117,3 +119,45 @@ def test_what_fits_on_a_named_gpu():
     assert d["max_sequences"] == (h100 - d["weights_bytes"]) // per_sequence
     unknown = runner.invoke(app, ["memory", "-p", "gpt2", "--gpu", "h100-sxn"])
     assert unknown.exit_code == 2 and "unknown GPU 'h100-sxn'; did you mean h100-sxm" in unknown.output
+
+
+def test_tensor_parallel_weights_and_cache_per_gpu():
+    # llama2-7b on each of 2 GPUs: the seven matrices of a block and the token table and head split in half; the
+    # two norms per block and the final norm whole on each GPU; 16 of the 32 key/value heads cached
+    spec, D, F, L, V = load_preset("llama2-7b"), 4096, 11008, 32, 32000
+    per_gpu = L * (4 * D * D + 3 * D * F) // 2 + L * 2 * D + 2 * V * D // 2 + D
+    assert weights_bytes(spec, "bf16", tp=2) == 2 * per_gpu
+    assert weights_bytes(spec, "bf16", tp=1) == 2 * 6_738_415_616
+    w = Workload(phase="decode", seq_len=1, context=4095)
+    m = inference_memory(spec, w, tp=2)
+    assert m.kv_bytes_per_token == 2 * L * 16 * 128 * 2 and m.kv_cache_bytes == 4096 * m.kv_bytes_per_token
+    # int4: the split linear matrices (the head's included) at half a byte, the rest (the token table's half, the
+    # norms) in 16 bits
+    matrices = L * (4 * D * D + 3 * D * F) // 2 + V * D // 2
+    assert weights_bytes(spec, "int4", tp=2) == matrices // 2 + (per_gpu - matrices) * 2
+
+
+def test_tensor_parallel_cache_copies_heads_past_their_number_and_keeps_a_latent_whole():
+    w = Workload(phase="decode", seq_len=1, context=4095)
+    # llama3-70b: 8 key/value heads; at tp = 16 each GPU keeps one (copied on two GPUs)
+    assert inference_memory(load_preset("llama3-70b"), w, tp=16).kv_bytes_per_token == 2 * 80 * 1 * 128 * 2
+    # DeepSeek-V3: the latent (512) and shared rotary key (64) are not split by heads: whole on every GPU
+    assert inference_memory(load_preset("deepseek-v3"), w, tp=8).kv_bytes_per_token == 61 * (512 + 64) * 2
+
+
+def test_the_memory_command_plans_inference_per_gpu_with_tp():
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["memory", "-p", "llama2-7b", "--context", "4095", "--tp", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["tp"] == 2 and data["kv_bytes_per_token"] == 2 * 32 * 16 * 128 * 2
+    # --tp alone still plans a train step; with a training flag and an inference flag, one is refused by name
+    assert "workload: train" in runner.invoke(app, ["memory", "-p", "llama2-7b", "--tp", "2"]).output
+    mixed = runner.invoke(app, ["memory", "-p", "llama2-7b", "--tp", "2", "--zero", "1", "--context", "128"])
+    assert mixed.exit_code == 2 and "--context: an inference flag; --zero plans a train step" in mixed.output
+    heads = runner.invoke(app, ["memory", "-p", "llama2-7b", "--tp", "3", "--context", "128"])
+    assert heads.exit_code == 2 and "tp=3: tensor parallelism splits the attention heads" in heads.output

@@ -5,13 +5,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tfcalc import Workload, count, load_preset
+from tfcalc import TfcalcError, Workload, count, load_preset
 from tfcalc.cli import app
 from tfcalc.plan.gpus import lookup
 from tfcalc.plan.memory import weights_bytes
 from tfcalc.plan.roofline import inference_plan, phase_cost
 
 H100, A100 = lookup("h100-sxm"), lookup("a100-80gb")
+runner = CliRunner()
 
 
 def test_decode_at_batch_1_reads_every_weight_once():
@@ -73,3 +74,63 @@ def test_the_infer_command():
         bad = runner.invoke(app, ["infer", "-p", "gpt2", *args])
         (line,) = bad.output.strip().splitlines()
         assert bad.exit_code == 2 and line.startswith("tfcalc: error: ") and message in line, bad.output
+
+
+# ---- tensor parallelism -------------------------------------------------------------------------------------------
+
+def _op(plan_phase, component):
+    return next(o for o in plan_phase.ops if o.component == component)
+
+
+def test_tensor_parallel_decode_splits_each_op_and_adds_the_all_reduces():
+    # llama3-8b decode, B = 8 against 1,024 cached tokens, on each of 2 H100s: L = 32 blocks, D = 4096, F = 14336,
+    # 32 query heads and 8 key/value heads of 128, bf16 (2 bytes)
+    spec, B, tp, L, D, F = load_preset("llama3-8b"), 8, 2, 32, 4096, 14336
+    w = Workload(phase="decode", seq_len=1, context=1024, batch_size=B)
+    one, two = phase_cost(spec, w, H100), phase_cost(spec, w, H100, tp=tp)
+    # column-parallel up: half its outputs, the whole input read
+    assert _op(two, "mlp/up").bytes == L * 2 * (D * F // 2 + B * (D + F // 2))
+    # row-parallel down: half its inputs, the whole [B, D] of partial sums written, then all-reduced:
+    # a ring all-reduce sends 2 (tp - 1) / tp of those bytes from each GPU
+    assert _op(two, "mlp/down").bytes == L * 2 * (F // 2 * D + B * (F // 2 + D))
+    reduce = _op(two, "mlp/down all-reduce")
+    assert reduce.link_bytes == L * (2 * (tp - 1) * (B * D * 2) // tp) and reduce.bound == "link"
+    assert reduce.seconds == reduce.link_bytes / H100.link_bytes_per_s and H100.link_bytes_per_s == 450 * 10**9
+    # attention: 16 query heads and 4 key/value heads per GPU, every cached key and value of those 4 read
+    keys = 1024 + 1
+    assert _op(two, "attention").bytes == L * (B * 16 * 1 * 256 * 2 + B * 4 * keys * 256 * 2)
+    # every matmul's FLOPs are halved; the logits are all-gathered ([B, V] bf16, (tp - 1) / tp sent)
+    assert two.flops * 2 == one.flops
+    assert _op(two, "head all-gather").link_bytes == (B * 128_256 * 2) // 2
+    assert two.link_bytes == sum(o.link_bytes for o in two.ops if o.bound == "link") > 0 == one.link_bytes
+
+
+def test_more_gpus_than_key_value_heads_copy_them():
+    # llama3-70b has 8 key/value heads: at tp = 16 each GPU keeps one (copied on two GPUs), as vLLM does
+    spec, w = load_preset("llama3-70b"), Workload(phase="decode", seq_len=1, context=4095)
+    sixteen = _op(phase_cost(spec, w, H100, tp=16), "attention")
+    assert sixteen.bytes == 80 * (4 * 256 * 2 + 1 * 4096 * 256 * 2)  # 64 / 16 query heads, 1 key/value head
+
+
+@pytest.mark.parametrize("tp, message", [
+    (3, "tp=3: tensor parallelism splits the attention heads; it must divide n_heads=32"),
+    (0, "tp=0: expected a positive integer"),
+    (True, "tp=True: expected a positive integer"),
+])
+def test_tensor_parallel_sizes_the_heads_cannot_take_are_refused(tp, message):
+    with pytest.raises(TfcalcError) as e:
+        inference_plan(load_preset("llama3-8b"), H100, context=128, tp=tp)
+    assert str(e.value).startswith(message)
+
+
+def test_the_infer_command_with_tp():
+    r = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--context", "4096", "-B", "8",
+                            "--tp", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["tp"] == 8 and data["link_bytes_per_s"] == 450 * 10**9
+    assert any(op["component"] == "attention/out all-reduce" for op in data["decode"]["ops"])
+    table = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--context", "4096", "--tp", "8"])
+    assert "Roofline on each of 8 tensor-parallel H100 SXMs" in table.output
+    refused = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--tp", "2,4"])
+    assert refused.exit_code == 2 and "'2,4': one value only" in refused.output

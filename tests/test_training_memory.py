@@ -161,7 +161,7 @@ def test_cli_training_flags():
     assert data["weights_bytes"] == -(-2 * n // 8) and data["layout"]["gpus"] == 8
     r = runner.invoke(app, ["memory", "-p", "llama2-7b", "--gpu", "h100-sxm", "--recompute", "full"])
     assert r.exit_code == 0 and "smallest layout that fits" in r.output
-    for args, message in ((["--tp", "2", "--phase", "decode"], "--tp: a training flag"),
+    for args, message in ((["--dp", "2", "--phase", "decode"], "--dp: a training flag"),
                           (["--zero", "1", "--dtype", "int8"], "--dtype: an inference flag"),
                           (["--precision", "fp64"], "precision='fp64'"), (["--tp", "5"], "tp=5")):
         r = runner.invoke(app, ["memory", "-p", "llama2-7b", *args])

@@ -789,8 +789,9 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                zero: Annotated[Optional[int], _training_opt("--zero", (
                    "ZeRO stage over the data-parallel GPUs: 0 (default), 1 optimizer states, 2 + gradients, "
                    "3 + weights (FSDP)."), parser=_one, metavar="0-3")] = None,
-               tp: Annotated[Optional[int], _training_opt("--tp", "Tensor-parallel GPUs (Megatron; default 1).",
-                                                          parser=_one, metavar="N")] = None,
+               tp: Annotated[Optional[int], _training_opt("--tp", (
+                   "Tensor-parallel GPUs (Megatron; default 1). With --context, --dtype, --kv-dtype or --phase "
+                   "prefill|decode: inference weights and KV cache per GPU."), parser=_one, metavar="N")] = None,
                sp: Annotated[Optional[bool], _training_opt("--sp", (
                    "Sequence parallelism with --tp: norms and their outputs split too."))] = None,
                pp: Annotated[Optional[int], _training_opt("--pp", "Pipeline stages (1F1B; default 1).",
@@ -820,6 +821,10 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype),
                                       ("--context", context if "context" not in axes else axes["context"]))
                        if v is not None]
+    inference_tp = None  # --tp with an inference flag or phase: the weights and KV cache per GPU
+    if tp is not None and (inference_flags or (phase is not None and phase is not Phase.train)):
+        training_flags.remove("--tp")
+        inference_tp = tp
     training = (phase is Phase.train) or (phase is None and bool(training_flags))
     if training and inference_flags:
         what = training_flags[0] if training_flags else "--phase train"
@@ -848,7 +853,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         from .plan.memory import inference_memory
 
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))
-        return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name)
+        return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name, inference_tp or 1)
 
     pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt
@@ -886,6 +891,9 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
               = None,
               src_len: SweepSrcLenOpt = None,
               dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+              tp: Annotated[Optional[int], typer.Option("--tp", parser=_one, metavar="N", show_default=False, help=(
+                  "Tensor-parallel GPUs (Megatron's split, as vLLM serves; default 1): every figure is one GPU's, "
+                  "with the all-reduces and the logits' all-gather over its GPU-to-GPU link."))] = None,
               plot: PlotOpt = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by. Lists or
@@ -912,7 +920,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         ctx, src = p.values.get("context", context), p.values.get("src_len", src_len)
         s = p.spec
         return inference_plan(s, card, s.seq_len if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
-                              (src or s.seq_len) if s.is_encoder_decoder else src)
+                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if tp is None else tp)
 
     pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt

@@ -321,7 +321,12 @@ def memory_table(m) -> Table:
                  [f"sequences of {w.keys:,} tokens", "beside the weights", exact(m.max_sequences or 0), ""]]
     caption = (f"{w.phase}: B={w.batch_size}, {w.keys:,} tokens per sequence in the cache after the step. Weights and "
                "KV cache only: activations and the runtime's own memory are not counted (docs/planning.md).")
-    return Table("Inference memory", ["", "dtype", "bytes", "readable"], rows, caption, right={2, 3},
+    tp = getattr(m, "tp", 1)
+    if tp > 1:
+        caption += (f" Per GPU of {tp} tensor-parallel GPUs: its share of the split weights, the replicated ones "
+                    "whole; its key/value heads' share of the cache.")
+    title = "Inference memory" + (f", per GPU (tensor parallel over {tp})" if tp > 1 else "")
+    return Table(title, ["", "dtype", "bytes", "readable"], rows, caption, right={2, 3},
                  optional=[3], label_columns=1)
 
 
@@ -416,27 +421,33 @@ def infer_tables(plan) -> list[Table]:
              f"{p.tokens_per_s:,.0f}", sci(p.flops), binary_bytes(p.bytes), p.bound],
             ["decode", f"{d.workload.batch_size} x 1 token, {d.workload.context:,} cached", ms(d.seconds),
              f"{d.tokens_per_s:,.0f}", sci(d.flops), binary_bytes(d.bytes), d.bound]]
-    summary = Table(f"Roofline on {plan.gpu.name} ({plan.dtype})", ["phase", "workload", "time", "tokens/s",
+    tp = getattr(plan, "tp", 1)
+    where = f"each of {tp} tensor-parallel {plan.gpu.name}s" if tp > 1 else plan.gpu.name
+    link = (f" Per GPU: its share of the weights, heads and MLP width; all-reduces and the logits' all-gather over "
+            f"{plan.gpu.link_bytes_per_s / 1e9:,.0f} GB/s each way ({plan.gpu.link}), their latency not counted."
+            if tp > 1 else "")
+    summary = Table(f"Roofline on {where} ({plan.dtype})", ["phase", "workload", "time", "tokens/s",
                     "FLOPs", "bytes moved", "bound"], rows,
                     f"time to first token = prefill; decode tokens/s = sequences / step time. Peak "
                     f"{sci(plan.peak)} FLOP/s dense, {plan.gpu.bandwidth_bytes_per_s / 1e12:,.2f} TB/s: ridge "
-                    f"{plan.peak / plan.gpu.bandwidth_bytes_per_s:,.0f} FLOPs per byte. A bound, not a measurement "
-                    "(docs/planning.md).", right={2, 3, 4, 5})
+                    f"{plan.peak / plan.gpu.bandwidth_bytes_per_s:,.0f} FLOPs per byte.{link} A bound, not a "
+                    "measurement (docs/planning.md).", right={2, 3, 4, 5})
     by_component: dict[str, list] = {}
     for op in d.ops:
         entry = by_component.setdefault(op.component, [0, 0, 0.0, set()])
         entry[0] += op.flops
-        entry[1] += op.bytes
+        entry[1] += op.bytes or op.link_bytes  # a collective: the bytes it sends over the link
         entry[2] += op.seconds
         entry[3].add(op.bound)
     ranked = sorted(by_component.items(), key=lambda kv: -kv[1][2])[:12]
     ops = Table("Decode step by component (slowest first)", ["component", "time", "share", "FLOPs", "bytes",
                 "FLOPs/byte", "bound"],
                 [[name, ms(t), pct(Fraction(t / d.seconds).limit_denominator(10**9)), sci(f) if f else "0",
-                  binary_bytes(b), f"{f / b:,.1f}" if b else "-", "/".join(sorted(bound))]
+                  binary_bytes(b), f"{f / b:,.1f}" if b and bound != {"link"} else "-", "/".join(sorted(bound))]
                  for name, (f, b, t, bound) in ranked],
                 "norms, activations and residual adds read and write their elements; the attention core reads every "
-                "cached key and value", right={1, 2, 3, 4, 5}, optional=[5, 2])
+                "cached key and value" + ("; a collective's bytes are those one GPU sends over the link" if tp > 1
+                                          else ""), right={1, 2, 3, 4, 5}, optional=[5, 2])
     return [summary, ops]
 
 

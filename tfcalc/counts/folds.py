@@ -90,24 +90,25 @@ def masked_attention(inv: Inventory, windows: bool) -> Breakdown:
     return Breakdown(c)
 
 
-def kv_cache(inv: Inventory) -> Breakdown:
+def kv_cache(inv: Inventory, tp: int = 1) -> Breakdown:
     """Elements in the KV cache after the step, per component: for every cached attention, keys [b, kv heads,
     tokens, d_qk] and values [b, kv heads, tokens, d_v], where tokens are the keys attended to (the context and the
     new tokens; the encoder's tokens for cross-attention), at most the window for a sliding-window layer (a ring
     buffer keeps the last `window` keys). Multi-head latent attention caches its latent and the shared rotary key,
-    [b, tokens, kv_lora_rank + qk_rope_dim], as serving engines (vLLM, SGLang) and transformers do."""
+    [b, tokens, kv_lora_rank + qk_rope_dim], as serving engines (vLLM, SGLang) and transformers do. `tp`: on one of
+    that many tensor-parallel GPUs (AttentionCore.cached_per_token_on)."""
     c: dict[str, int] = defaultdict(int)
     for op, repeat in inv:
         if isinstance(op, AttentionCore) and op.cached:
             tokens = op.s_k if op.mask.window is None else min(op.s_k, op.mask.window)
-            c[op.component] += repeat * op.b * tokens * op.cached_per_token  # MLA: its latent (cache_width)
+            c[op.component] += repeat * op.b * tokens * op.cached_per_token_on(tp)  # MLA: its latent (cache_width)
     return Breakdown(c)
 
 
-def kv_per_token(inv: Inventory) -> int:
+def kv_per_token(inv: Inventory, tp: int = 1) -> int:
     """KV-cache elements one more token of one sequence adds: keys and values of every cached self-attention layer
     (a window caps the total, not this figure; cross-attention caches the encoder's tokens, not the decoder's)."""
-    return sum(repeat * op.cached_per_token for op, repeat in inv
+    return sum(repeat * op.cached_per_token_on(tp) for op, repeat in inv
                if isinstance(op, AttentionCore) and op.cached and op.mask.causal)
 
 

@@ -20,6 +20,10 @@ Conventions, stated once:
   the dense figure (the H100 whitepaper, the A100, A10, L40, L40S and MI300X datasheets, the Ada whitepaper) it
   is taken as published; where it publishes only the sparse one (H100 NVL, H200 NVL, L4, B200) the dense figure
   is half of it. All are at the vendor's boost (peak engine) clock: sustained clocks under load can be lower.
+- `link_bytes_per_s` is one direction of the GPU's GPU-to-GPU link as its datasheet gives it in both directions
+  together (H100 SXM "NVLink: 900GB/s" is 450 GB/s each way); a part sold with an NVLink bridge for 2 GPUs (H100
+  NVL, H200 NVL, A100 PCIe) is given its bridge, and a PCIe-only card its PCIe slot (x16, both directions over 2).
+  Figures typed from the datasheets named, without network access to re-read them.
 - dtypes: fp32 is the non-tensor (CUDA-core, "vector") rate, what an fp32 matmul runs at unless TF32 is
   allowed; tf32, bf16, fp16, fp8 and int8 are tensor-core (matrix-core) rates. bf16/fp16 are with FP32
   accumulate (what torch's matmuls use), which on a GeForce card (RTX 4090) is half the FP16-accumulate rate.
@@ -61,6 +65,10 @@ class Gpu:
     bandwidth_bytes_per_s: int
     peak_flops: dict[str, int] = field(hash=False)  # dtype -> dense FLOP/s (int8: OP/s)
     source: str
+    # GPU-to-GPU bandwidth each way, bytes/s: half the vendor's bidirectional NVLink (or Infinity Fabric, or PCIe)
+    # figure; what tensor parallelism's all-reduces run at (`link` in the source says which)
+    link_bytes_per_s: int | None = None
+    link: str = ""
 
 
 # Hopper's tensor figures, shared by the parts built on the same GH100 compute at the same clocks: the H100
@@ -74,65 +82,90 @@ _V100_SXM2 = _peaks(fp32="15.7", tf32=None, bf16=None, fp16="125")
 GPUS: tuple[Gpu, ...] = (
     Gpu("H100 SXM", ("h100-sxm", "h100", "h100-sxm5"), 80 * GiB, _tera("3.35"), _HOPPER_SXM,
         "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM; dense tensor figures from the NVIDIA H100 "
-        "Tensor Core GPU Architecture whitepaper (2022)"),
+        "Tensor Core GPU Architecture whitepaper (2022)",
+        link_bytes_per_s=_tera("0.45"), link="NVLink 4, 900 GB/s both ways (H100 datasheet)"),
     Gpu("H100 PCIe", ("h100-pcie",), 80 * GiB, _tera("2"),
         _peaks(fp32="51", tf32="378", bf16="756", fp16="756", fp8="1513", int8="1513"),
         "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe; dense tensor figures from the NVIDIA H100 "
-        "Tensor Core GPU Architecture whitepaper (2022)"),
+        "Tensor Core GPU Architecture whitepaper (2022)",
+        link_bytes_per_s=_tera("0.064"), link="PCIe Gen5 x16, 128 GB/s both ways (H100 datasheet; an NVLink bridge for "
+             "2 GPUs, 600 GB/s, is optional)"),
     Gpu("H100 NVL", ("h100-nvl",), 94 * GiB, _tera("3.9"), _HOPPER_NVL,
-        "NVIDIA H100 Tensor Core GPU datasheet (2024), H100 NVL, per GPU; sparsity figures halved"),
+        "NVIDIA H100 Tensor Core GPU datasheet (2024), H100 NVL, per GPU; sparsity figures halved",
+        link_bytes_per_s=_tera("0.3"), link="NVLink bridge, 600 GB/s both ways (H100 NVL datasheet)"),
     Gpu("H200 SXM", ("h200-sxm", "h200"), 141 * GiB, _tera("4.8"), _HOPPER_SXM,
         "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM; dense tensor figures as the H100 SXM's "
-        "(H100 whitepaper, 2022: same GH100 compute and clocks)"),
+        "(H100 whitepaper, 2022: same GH100 compute and clocks)",
+        link_bytes_per_s=_tera("0.45"), link="NVLink 4, 900 GB/s both ways (H200 datasheet)"),
     Gpu("H200 NVL", ("h200-nvl",), 141 * GiB, _tera("4.8"), _HOPPER_NVL,
-        "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 NVL; sparsity figures halved"),
+        "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 NVL; sparsity figures halved",
+        link_bytes_per_s=_tera("0.45"), link="2- or 4-way NVLink bridge, 900 GB/s both ways (H200 NVL datasheet)"),
     Gpu("GH200 96GB", ("gh200-96gb", "gh200"), 96 * GiB, _tera("4"), _HOPPER_SXM,
         "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), HBM3 variant, GPU only (not the Grace CPU's "
-        "LPDDR5X); dense tensor figures as the H100 SXM's (H100 whitepaper, 2022)"),
+        "LPDDR5X); dense tensor figures as the H100 SXM's (H100 whitepaper, 2022)",
+        link_bytes_per_s=_tera("0.45"), link="NVLink 4, 900 GB/s both ways (GH200 datasheet)"),
     Gpu("GH200 144GB", ("gh200-144gb",), 144 * GiB, _tera("4.9"), _HOPPER_SXM,
         "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), HBM3e variant, GPU only; dense tensor figures "
-        "as the H100 SXM's (H100 whitepaper, 2022)"),
+        "as the H100 SXM's (H100 whitepaper, 2022)",
+        link_bytes_per_s=_tera("0.45"), link="NVLink 4, 900 GB/s both ways (GH200 datasheet)"),
     Gpu("B200", ("b200", "b200-sxm", "hgx-b200"), 180 * GiB, _tera("7.7"),
         _peaks(fp32="75", tf32="1100", bf16="2250", fp16="2250", fp8="4500", int8="4500"),
         "NVIDIA HGX B200 specifications (2025), per-GPU column (1,000 W); sparsity figures (TF32 2.2, "
-        "BF16/FP16 4.5, FP8 and INT8 9 PFLOPS) halved"),
+        "BF16/FP16 4.5, FP8 and INT8 9 PFLOPS) halved",
+        link_bytes_per_s=_tera("0.9"), link="NVLink 5, 1.8 TB/s both ways (HGX B200 specifications)"),
     Gpu("A100 40GB SXM", ("a100-40gb", "a100-sxm-40gb", "a100-40gb-sxm"), 40 * GiB, _tera("1.555"), _A100,
-        "NVIDIA A100 Tensor Core GPU datasheet (2020), A100 40GB SXM; dense figures as published"),
+        "NVIDIA A100 Tensor Core GPU datasheet (2020), A100 40GB SXM; dense figures as published",
+        link_bytes_per_s=_tera("0.3"), link="NVLink 3, 600 GB/s both ways (A100 datasheet)"),
     Gpu("A100 80GB SXM", ("a100-80gb", "a100", "a100-sxm", "a100-sxm-80gb", "a100-80gb-sxm"), 80 * GiB,
         _tera("2.039"), _A100,
-        "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM; dense figures as published"),
+        "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM; dense figures as published",
+        link_bytes_per_s=_tera("0.3"), link="NVLink 3, 600 GB/s both ways (A100 datasheet)"),
     Gpu("A100 40GB PCIe", ("a100-40gb-pcie", "a100-pcie-40gb"), 40 * GiB, _tera("1.555"), _A100,
-        "NVIDIA A100 Tensor Core GPU datasheet (2020), A100 40GB PCIe; dense figures as published"),
+        "NVIDIA A100 Tensor Core GPU datasheet (2020), A100 40GB PCIe; dense figures as published",
+        link_bytes_per_s=_tera("0.3"), link="NVLink bridge for 2 GPUs, 600 GB/s both ways (A100 datasheet; PCIe Gen4 "
+             "without it: 64 GB/s)"),
     Gpu("A100 80GB PCIe", ("a100-80gb-pcie", "a100-pcie-80gb", "a100-pcie"), 80 * GiB, _tera("1.935"), _A100,
-        "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe; dense figures as published"),
+        "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe; dense figures as published",
+        link_bytes_per_s=_tera("0.3"), link="NVLink bridge for 2 GPUs, 600 GB/s both ways (A100 datasheet; PCIe Gen4 "
+             "without it: 64 GB/s)"),
     Gpu("L4", ("l4",), 24 * GiB, _tera("0.3"),
         _peaks(fp32="30.3", tf32="60", bf16="121", fp16="121", fp8="242.5", int8="242.5"),
         "NVIDIA L4 Tensor Core GPU datasheet (2023); sparsity figures (TF32 120, BF16/FP16 242, FP8/INT8 485) "
-        "halved"),
+        "halved",
+        link_bytes_per_s=_tera("0.032"), link="PCIe Gen4 x16, 64 GB/s both ways (L4 datasheet; no NVLink)"),
     Gpu("L40", ("l40",), 48 * GiB, _tera("0.864"),
         _peaks(fp32="90.5", tf32="90.5", bf16="181.05", fp16="181.05", fp8="362", int8="362"),
-        "NVIDIA L40 GPU datasheet (2022); dense figures as published"),
+        "NVIDIA L40 GPU datasheet (2022); dense figures as published",
+        link_bytes_per_s=_tera("0.032"), link="PCIe Gen4 x16, 64 GB/s both ways (L40 datasheet; no NVLink)"),
     Gpu("L40S", ("l40s",), 48 * GiB, _tera("0.864"),
         _peaks(fp32="91.6", tf32="183", bf16="362.05", fp16="362.05", fp8="733", int8="733"),
-        "NVIDIA L40S GPU datasheet (2023); dense figures as published"),
+        "NVIDIA L40S GPU datasheet (2023); dense figures as published",
+        link_bytes_per_s=_tera("0.032"), link="PCIe Gen4 x16, 64 GB/s both ways (L40S datasheet; no NVLink)"),
     Gpu("A10", ("a10",), 24 * GiB, _tera("0.6"),
         _peaks(fp32="31.2", tf32="62.5", bf16="125", fp16="125", int8="250"),
-        "NVIDIA A10 Tensor Core GPU datasheet (2021); dense figures as published"),
+        "NVIDIA A10 Tensor Core GPU datasheet (2021); dense figures as published",
+        link_bytes_per_s=_tera("0.032"), link="PCIe Gen4 x16, 64 GB/s both ways (A10 datasheet; no NVLink)"),
     Gpu("GeForce RTX 4090", ("rtx4090", "rtx-4090", "4090", "geforce-rtx-4090"), 24 * GiB, _tera("1.008"),
         _peaks(fp32="82.6", tf32="82.6", bf16="165.2", fp16="165.2", fp8="330.3", int8="660.6"),
         "NVIDIA Ada Lovelace GPU Architecture whitepaper (2022), GeForce RTX 4090; dense, FP32 accumulate "
-        "(FP16 accumulate doubles fp16 and fp8)"),
+        "(FP16 accumulate doubles fp16 and fp8)",
+        link_bytes_per_s=_tera("0.032"), link="PCIe Gen4 x16, 64 GB/s both ways (no NVLink, no peer-to-peer: a bound "
+             "it does not reach)"),
     Gpu("V100 SXM2 32GB", ("v100", "v100-32gb", "v100-sxm2", "v100-sxm2-32gb"), 32 * GiB, _tera("0.9"),
         _V100_SXM2,
         "NVIDIA V100 Tensor Core GPU datasheet (2020), V100 SXM2; fp16 is its 'Tensor Performance' (no bf16, "
-        "tf32, fp8 or int8 tensor cores)"),
+        "tf32, fp8 or int8 tensor cores)",
+        link_bytes_per_s=_tera("0.15"), link="NVLink 2, 300 GB/s both ways (V100 datasheet)"),
     Gpu("V100 SXM2 16GB", ("v100-16gb", "v100-sxm2-16gb"), 16 * GiB, _tera("0.9"), _V100_SXM2,
         "NVIDIA V100 Tensor Core GPU datasheet (2020), V100 SXM2; fp16 is its 'Tensor Performance' (no bf16, "
-        "tf32, fp8 or int8 tensor cores)"),
+        "tf32, fp8 or int8 tensor cores)",
+        link_bytes_per_s=_tera("0.15"), link="NVLink 2, 300 GB/s both ways (V100 datasheet)"),
     Gpu("MI300X", ("mi300x", "instinct-mi300x"), 192 * GiB, _tera("5.3"),
         _peaks(fp32="163.4", tf32="653.7", bf16="1307.4", fp16="1307.4", fp8="2614.9", int8="2614.9"),
         "AMD Instinct MI300X accelerator datasheet (2023); dense figures as published (peak engine clock "
-        "2,100 MHz); fp32 is the vector rate"),
+        "2,100 MHz); fp32 is the vector rate",
+        link_bytes_per_s=_tera("0.448"), link="Infinity Fabric, 7 links of 128 GB/s both ways, 896 GB/s (MI300X "
+             "datasheet)"),
 )
 
 # torch.cuda.get_device_name() -> GPU, first match wins (case-insensitive). A name none matches gets no

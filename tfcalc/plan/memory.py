@@ -16,6 +16,10 @@ Conventions, stated once:
   bf16 for quantized weights). A sliding-window layer keeps at most `window` tokens.
 - How many sequences fit counts the weights and the KV cache only: activations of the step and the runtime's own
   memory (CUDA context, allocator slack; vLLM leaves 10% by default) are not counted.
+- Tensor parallelism over `tp` GPUs (Megatron-LM's split, as vLLM serves): the figures are one GPU's. Column-
+  parallel linears keep n / tp of their outputs (and bias), row-parallel ones k / tp of their inputs (their bias
+  whole), the token table and an untied head V / tp rows; norms, routers and position tables are whole on every
+  GPU. The KV cache keeps Hkv / tp key/value heads (one, copied, when tp > Hkv); a latent (MLA) is whole on each.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil
 
-from ..arch import Workload, build, validate
+from ..arch import Matmul, Workload, build, validate
 from ..counts import Breakdown, folds
 from ..errors import TfcalcError
 from ..spec import ModelSpec
@@ -52,6 +56,7 @@ class InferenceMemory:
     kv_bytes_per_token: int  # one more token of one sequence, every layer (before a window caps the total)
     capacity_bytes: int | None = None  # the GPU's memory, when one is named
     gpu_name: str | None = None
+    tp: int = 1  # tensor-parallel GPUs: every figure is one GPU's
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -81,24 +86,49 @@ class InferenceMemory:
             "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
             "kv_cache_components": self.kv_cache.to_dict(), "kv_bytes_per_token": self.kv_bytes_per_token,
             "total_bytes": self.total_bytes, "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes,
-            "fits": self.fits, "max_sequences": self.max_sequences,
+            "fits": self.fits, "max_sequences": self.max_sequences, "tp": self.tp,
         }
 
 
-def weights_bytes(spec: ModelSpec, dtype: str) -> int:
-    """Bytes of the weights in `dtype` (quantized dtypes: the linear layers' matrices only, the rest 16-bit)."""
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """Refuse a tensor-parallel size the model's heads cannot take, naming the value."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise TfcalcError(f"tp={tp!r}: expected a positive integer")
+    kv = [spec.n_kv_heads] + ([spec.global_n_kv_heads] if spec.global_n_kv_heads else [])
+    if tp > 1 and (spec.n_heads % tp or any(k % tp and tp % k for k in kv)):
+        raise TfcalcError(f"tp={tp}: tensor parallelism splits the attention heads; it must divide n_heads="
+                          f"{spec.n_heads}, and divide or be a multiple of n_kv_heads={spec.n_kv_heads}"
+                          + (f" and global_n_kv_heads={spec.global_n_kv_heads}" if spec.global_n_kv_heads else ""))
+
+
+def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
+    """Bytes of the weights in `dtype` (quantized dtypes: the linear layers' matrices only, the rest 16-bit), on
+    one of `tp` tensor-parallel GPUs."""
     _dtype(dtype, "dtype", tuple(DTYPE_BYTES))
+    check_tp(spec, tp)
     inv = build(spec)
-    total = folds.params(inv).total
+    if tp == 1:
+        total = folds.params(inv).total
+        matrices = folds.matmul_weights(inv)
+    else:
+        from .training import _tensors  # one GPU's share of each tensor, as the training plan splits them
+
+        total = matrices = 0
+        for op, sets in inv.parameters():
+            sizes, _ = _tensors(op, tp, 1, False)
+            total += sets * sum(sizes)
+            if isinstance(op, Matmul) and op.weights:  # [weight, bias] per matrix: the matrices' share
+                matrices += sets * op.weights * sizes[0]
     if dtype not in QUANTIZED:
         return int(total * DTYPE_BYTES[dtype])
-    matrices = folds.matmul_weights(inv)
     return ceil(matrices * DTYPE_BYTES[dtype]) + (total - matrices) * 2
 
 
 def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", kv_dtype: str | None = None,
-                     capacity_bytes: int | None = None, gpu_name: str | None = None) -> InferenceMemory:
-    """Weights and KV cache of `spec` on an inference `workload` (prefill or decode)."""
+                     capacity_bytes: int | None = None, gpu_name: str | None = None,
+                     tp: int = 1) -> InferenceMemory:
+    """Weights and KV cache of `spec` on an inference `workload` (prefill or decode), on one GPU or on each of `tp`
+    tensor-parallel GPUs."""
     if not isinstance(workload, Workload) or workload.phase == "train":
         raise TfcalcError("workload: inference memory is for phase 'prefill' or 'decode' (training memory is "
                           "another plan)")
@@ -106,6 +136,7 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     inv = build(spec, workload)
     validate(spec, inv.workload)
     size = DTYPE_BYTES[kv_dtype]
-    cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv).items()})
-    return InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights_bytes(spec, dtype), cache,
-                           int(folds.kv_per_token(inv) * size), capacity_bytes, gpu_name)
+    weights = weights_bytes(spec, dtype, tp)
+    cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv, tp).items()})
+    return InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights, cache,
+                           int(folds.kv_per_token(inv, tp) * size), capacity_bytes, gpu_name, tp)

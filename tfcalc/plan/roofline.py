@@ -18,6 +18,14 @@ Conventions, stated once (a roofline is a bound, not a measurement):
   weights' dtype (activations 2 bytes for quantized weights), the KV cache in `kv_dtype`.
 - Prefill processes the prompt (`context` tokens) into the cache, and its time is the time to first token;
   decode processes one new token per sequence against `context` cached ones.
+- Tensor parallelism over `tp` GPUs (Megatron-LM's split, as vLLM serves): every figure is one GPU's. Column-
+  parallel linears keep n / tp of their outputs, row-parallel ones k / tp of their inputs and end in an all-reduce
+  of their [m, n] output; the attention core keeps H / tp query heads and Hkv / tp key/value heads (one, copied,
+  when tp > Hkv, as vLLM does); MLP activations are split, norms and residual adds are not (each GPU does them
+  whole). The vocabulary-parallel embedding ends in an all-reduce of its [tokens, D] output, the vocabulary-
+  parallel head in an all-gather of the logits. A ring all-reduce of M bytes takes 2 (tp - 1) / tp * M / link, an
+  all-gather (tp - 1) / tp * M / link, with `link` the GPU's one-way GPU-to-GPU bandwidth (plan.gpus); they do not
+  overlap compute.
 """
 
 from __future__ import annotations
@@ -25,12 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..arch import AttentionCore, Elementwise, Matmul, Norm, Workload, build, validate
+from ..arch import AttentionCore, Elementwise, Matmul, Norm, Table, Workload, build, validate
 from ..counts.folds import matmul, pairs
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 from .gpus import Gpu
 from .memory import DTYPE_BYTES, QUANTIZED
+from .memory import check_tp as check_heads
 
 PEAK_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "int8": "bf16", "int4": "bf16"}
 
@@ -40,9 +49,10 @@ class OpCost:
     component: str
     repeat: int
     flops: int  # all repeats
-    bytes: int  # all repeats
+    bytes: int  # all repeats, to and from the GPU's memory
     seconds: float
-    bound: str  # "compute" or "memory"
+    bound: str  # "compute", "memory" or "link" (a tensor-parallel all-reduce or all-gather)
+    link_bytes: int = 0  # all repeats, sent over the GPU-to-GPU link
 
     @property
     def intensity(self) -> float:
@@ -69,10 +79,15 @@ class PhaseCost:
         return sum(op.bytes for op in self.ops)
 
     @property
+    def link_bytes(self) -> int:
+        return sum(op.link_bytes for op in self.ops)
+
+    @property
     def bound(self) -> str:
-        """What most of the step's time is bound by."""
-        memory = sum(op.seconds for op in self.ops if op.bound == "memory")
-        return "memory" if memory >= self.seconds / 2 else "compute"
+        """What most of the step's time is bound by (memory on a tie)."""
+        time = {bound: sum(op.seconds for op in self.ops if op.bound == bound) for bound in ("memory", "compute",
+                                                                                          "link")}
+        return max(time, key=lambda bound: time[bound])
 
     @property
     def tokens_per_s(self) -> float:
@@ -80,9 +95,11 @@ class PhaseCost:
 
     def to_dict(self) -> dict:
         return {"phase": self.phase, "workload": self.workload.model_dump(), "seconds": self.seconds,
-                "tokens_per_s": self.tokens_per_s, "flops": self.flops, "bytes": self.bytes, "bound": self.bound,
+                "tokens_per_s": self.tokens_per_s, "flops": self.flops, "bytes": self.bytes,
+                "link_bytes": self.link_bytes, "bound": self.bound,
                 "ops": [{"component": op.component, "repeat": op.repeat, "flops": op.flops, "bytes": op.bytes,
-                         "seconds": op.seconds, "bound": op.bound} for op in self.ops]}
+                         "link_bytes": op.link_bytes, "seconds": op.seconds, "bound": op.bound}
+                        for op in self.ops]}
 
 
 @dataclass(frozen=True)
@@ -93,13 +110,15 @@ class InferencePlan:
     kv_dtype: str
     prefill: PhaseCost
     decode: PhaseCost
+    tp: int = 1  # tensor-parallel GPUs; every figure is one GPU's
 
     @property
     def peak(self) -> int:
         return self.gpu.peak_flops[PEAK_DTYPE[self.dtype]]
 
     def to_dict(self) -> dict:
-        return {"gpu": self.gpu.name, "dtype": self.dtype, "kv_dtype": self.kv_dtype, "peak_flops_per_s": self.peak,
+        return {"gpu": self.gpu.name, "tp": self.tp, "link_bytes_per_s": self.gpu.link_bytes_per_s if self.tp > 1
+                else None, "dtype": self.dtype, "kv_dtype": self.kv_dtype, "peak_flops_per_s": self.peak,
                 "bandwidth_bytes_per_s": self.gpu.bandwidth_bytes_per_s,
                 "ridge_flops_per_byte": self.peak / self.gpu.bandwidth_bytes_per_s,
                 "time_to_first_token_s": self.prefill.seconds, "decode_time_per_step_s": self.decode.seconds,
@@ -107,33 +126,73 @@ class InferencePlan:
                 "prefill": self.prefill.to_dict(), "decode": self.decode.to_dict()}
 
 
-def _op_cost(op, repeat: int, weight_bytes: Fraction, act: int, kv: Fraction) -> tuple[int, int] | None:
-    """(FLOPs, bytes) of one op, all its repeats; None for ops that move nothing (tables)."""
+def _split(n: int, tp: int) -> int:
+    return -(-n // tp)
+
+
+def _op_cost(op, repeat: int, weight_bytes: Fraction, act: int, kv: Fraction, tp: int = 1) -> tuple[int, int] | None:
+    """(FLOPs, bytes) of one op on one of `tp` tensor-parallel GPUs, all its repeats; None for ops that move
+    nothing (tables)."""
     if isinstance(op, Matmul):
         if not op.m:
             return None
+        k, n = op.k, op.n
+        if op.split == "column":
+            n = _split(n, tp)
+        elif op.split == "row":
+            k = _split(k, tp)
         read = min(op.weights, op.m) if op.active is not None else op.weights  # routed: experts touched
-        weights = int(read * op.k * op.n * weight_bytes) if read else op.k * op.n * act  # tied head: the table
-        moved = weights + op.m * (op.k + op.n) * act
-        return repeat * matmul(op.m, op.k, op.n), repeat * moved
+        weights = int(read * k * n * weight_bytes) if read else k * n * act  # tied head: the table
+        moved = weights + op.m * (k + n) * act
+        return repeat * matmul(op.m, k, n), repeat * moved
     if isinstance(op, AttentionCore):
         if not op.s_q:
             return None
         kept = pairs(op, windows=True)
-        flops = op.b * op.h * (matmul(kept, op.d_qk, 1) + matmul(kept, 1, op.d_v))
+        h, kv_heads = op.h // tp, max(1, op.kv_heads // tp)  # key/value heads copied when tp > Hkv
+        flops = op.b * h * (matmul(kept, op.d_qk, 1) + matmul(kept, 1, op.d_v))
         keys = op.s_k if op.mask.window is None else min(op.s_k, op.mask.window + op.s_q - 1)
-        moved = (op.b * op.h * op.s_q * (op.d_qk + op.d_v) * act  # q in, out
-                 + int(op.b * op.kv_heads * keys * (op.d_qk + op.d_v) * kv))  # every key and value read
+        moved = (op.b * h * op.s_q * (op.d_qk + op.d_v) * act  # q in, out
+                 + int(op.b * kv_heads * keys * (op.d_qk + op.d_v) * kv))  # every key and value read
         return repeat * flops, repeat * moved
     if isinstance(op, Norm):
-        return (0, repeat * 2 * op.rows * op.width * act) if op.rows else None
+        rows = _split(op.rows, tp) if op.split == "heads" else op.rows  # q/k norms: this GPU's heads
+        return (0, repeat * 2 * rows * op.width * act) if op.rows else None
     if isinstance(op, Elementwise):
-        return (0, repeat * 2 * op.elements * act) if op.elements else None
+        elements = _split(op.elements, tp) if op.kind == "activation" else op.elements  # the split MLP width
+        return (0, repeat * 2 * elements * act) if op.elements else None
     return None
 
 
+def _collective(op, repeat: int, workload: Workload, act: int, tp: int) -> tuple[str, int, str] | None:
+    """(component, bytes sent by one GPU, what) of the collective that ends `op` under tensor parallelism:
+    a row-parallel linear's all-reduce, the vocabulary-parallel embedding's all-reduce, the head's all-gather."""
+    if isinstance(op, Matmul) and op.split == "row" and op.m:
+        size = op.m * op.n * act  # [m, n] partial sums
+        return f"{op.component} all-reduce", repeat * (2 * (tp - 1) * size // tp), "all-reduce"
+    if isinstance(op, Matmul) and op.component == "head" and op.m:
+        size = op.m * op.n * act  # the logits, [m, V]
+        return "head all-gather", repeat * ((tp - 1) * size // tp), "all-gather"
+    if isinstance(op, Table) and op.kind == "token":
+        stack = op.component.split("/")[0] if op.component.count("/") > 1 else ""
+        tokens = (workload.tokens if stack != "encoder" else
+                  (0 if workload.phase == "decode" else workload.batch_size * (workload.src_len or 0)))
+        if not stack and workload.src_len and workload.phase != "decode":  # an encoder-decoder's shared table
+            tokens += workload.batch_size * workload.src_len
+        size = tokens * op.dim * act  # [tokens, D] partial sums
+        return (f"{op.component} all-reduce", 2 * (tp - 1) * size // tp, "all-reduce") if tokens else None
+    return None
+
+
+def check_tp(spec: ModelSpec, gpu: Gpu, tp: int) -> None:
+    """Refuse a tensor-parallel size the model's heads or the GPU's link cannot take, naming the value."""
+    check_heads(spec, tp)
+    if tp > 1 and gpu.link_bytes_per_s is None:
+        raise TfcalcError(f"tp={tp}: no GPU-to-GPU bandwidth is on file for {gpu.name}")
+
+
 def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16",
-               kv_dtype: str | None = None) -> PhaseCost:
+               kv_dtype: str | None = None, tp: int = 1) -> PhaseCost:
     if dtype not in DTYPE_BYTES:
         raise TfcalcError(f"dtype={dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
     kv_dtype = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
@@ -145,28 +204,32 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
                           f"{', '.join(gpu.peak_flops)})")
     peak, bandwidth = gpu.peak_flops[peak_dtype], gpu.bandwidth_bytes_per_s
     act = 2 if dtype in QUANTIZED else int(DTYPE_BYTES[dtype])
+    check_tp(spec, gpu, tp)
     inv = build(spec, workload)
     validate(spec, inv.workload)
     ops = []
     for op, repeat in inv:
-        cost = _op_cost(op, repeat, DTYPE_BYTES[dtype], act, DTYPE_BYTES[kv_dtype])
-        if cost is None:
-            continue
-        flops, moved = cost
-        compute, memory = flops / peak, moved / bandwidth
-        ops.append(OpCost(op.component, repeat, flops, moved, max(compute, memory),
-                          "compute" if compute >= memory else "memory"))
+        cost = _op_cost(op, repeat, DTYPE_BYTES[dtype], act, DTYPE_BYTES[kv_dtype], tp)
+        if cost is not None:
+            flops, moved = cost
+            compute, memory = flops / peak, moved / bandwidth
+            ops.append(OpCost(op.component, repeat, flops, moved, max(compute, memory),
+                              "compute" if compute >= memory else "memory"))
+        collective = _collective(op, repeat, inv.workload, act, tp) if tp > 1 else None
+        if collective is not None:
+            component, sent, _ = collective
+            ops.append(OpCost(component, repeat, 0, 0, sent / gpu.link_bytes_per_s, "link", sent))
     return PhaseCost(inv.workload.phase, inv.workload, ops)
 
 
 def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1, dtype: str = "bf16",
-                   kv_dtype: str | None = None, src_len: int | None = None) -> InferencePlan:
+                   kv_dtype: str | None = None, src_len: int | None = None, tp: int = 1) -> InferencePlan:
     """Prefill of a `context`-token prompt (time to first token) and decode of one token against it, for
-    `batch_size` sequences on one `gpu`."""
+    `batch_size` sequences on one `gpu`, or on each of `tp` tensor-parallel GPUs."""
     if not isinstance(context, int) or context < 1:
         raise TfcalcError(f"context={context!r}: expected a positive number of tokens")
     prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len)
     decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len)
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
-    return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv),
-                         phase_cost(spec, decode, gpu, dtype, kv))
+    return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv, tp),
+                         phase_cost(spec, decode, gpu, dtype, kv, tp), tp)
