@@ -44,8 +44,9 @@ def meta_params(config: dict, cls=transformers.Gemma4ForCausalLM) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(OTHER_TOWERS))
 
 
-def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
-    """FlopCounterMode FLOPs of one eager forward on the CPU."""
+def eager_forward_flops(config: dict, batch: int, seq_len: int, **forward) -> int:
+    """FlopCounterMode FLOPs of one eager forward on the CPU (`forward`: the forward's keyword arguments; default:
+    the hidden states asked for, see below)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = transformers.Gemma4ForCausalLM._from_config(hf_config(config), attn_implementation="eager",
@@ -55,7 +56,7 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
             # output_hidden_states: transformers 5.23 fails in _maybe_slice_kv_shared_inputs with KV sharing and no
             # per-layer inputs (it slices per_layer_inputs, None); asking for the hidden states skips that slicing,
             # which with logits_to_keep=0 keeps every token anyway (no FLOPs change)
-            model(input_ids=ids, output_hidden_states=True)
+            model(input_ids=ids, **(forward or {"output_hidden_states": True}))
     return counter.get_total_flops()
 
 
@@ -301,14 +302,7 @@ def test_a_prefill_runs_the_kv_sharing_blocks_over_the_scored_token_as_generate_
     config = config | {"hidden_size_per_layer_input": config["hidden_size_per_layer_input"] or 2}
     spec = read_hf_config(write(tmp_path_factory.mktemp("hf"), config)).spec
     result = count(spec, Workload(batch_size=batch, seq_len=seq_len, phase="prefill"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = transformers.Gemma4ForCausalLM._from_config(hf_config(config), attn_implementation="eager",
-                                                            experts_implementation="eager")
-        ids = torch.randint(config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(0))
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(input_ids=ids, logits_to_keep=1)
-    assert result.flops.forward == counter.get_total_flops()
+    assert result.flops.forward == eager_forward_flops(config, batch, seq_len, logits_to_keep=1)
 
 
 def test_check_hf_config_maps_per_layer_inputs_and_kv_sharing(tmp_path):

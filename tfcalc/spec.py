@@ -395,7 +395,8 @@ class ModelSpec(BaseModel):
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
 
     def _check_global(self, problems: list[str]) -> None:
-        """The global blocks' own attention shape: not with what has no global/local blocks of one kind."""
+        """The global blocks' own attention shape: refused with an encoder-decoder (cross-attention has one shape),
+        MLA (its heads are the latent's) and, with global_d_head, rotary_dim (which of the two widths it turns)."""
         fields = {f: getattr(self, f) for f in ("global_d_head", "global_n_kv_heads", "global_k_eq_v")
                   if getattr(self, f) not in (None, False)}
         if not fields:

@@ -321,7 +321,8 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
     """Gemma 4's MoE block (moe_beside_mlp): the dense MLP, normed before and after (mlp/norm, mlp/branch_norm),
     and beside it the experts on the same residual stream x, normed before and after (moe/norm, moe/post_norm); the
     router reads x through an RMS norm without weight times a scale [D] (one RMS norm with that weight:
-    moe/router_norm), and each token's top_k weights are times a scale per expert [E] (moe/expert_scale). The two outputs are summed, normed (mlp/post_norm) and added to x."""
+    moe/router_norm), and each token's top_k weights are times a scale per expert [E] (moe/expert_scale). The two
+    outputs are summed, normed (mlp/post_norm) and added to x."""
     spec, t, D = ctx.spec, ctx.t, ctx.spec.d_model
     E, k = spec.n_experts, spec.top_k
     return [
