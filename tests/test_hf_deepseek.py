@@ -273,3 +273,19 @@ def test_a_folded_check_is_the_unfolded_one():
         for key in ("forward", "params", "train_step"):
             assert whole.to_dict()[key] == folded.to_dict()[key], key
         assert folded.notes[-2].startswith("folded:")
+
+
+def test_blocks_that_read_their_place_in_the_stack_are_not_folded():
+    # per-layer inputs (each block its slice of one table) and KV sharing (a block reads an earlier one's keys) tie a
+    # block to its index: check builds such a model block by block, and a forced fold is refused by name
+    from tfcalc import TfcalcError
+    from tfcalc.verify.folding import fold, should_fold
+
+    base = dict(n_layers=2, d_model=32, n_heads=4, vocab_size=61, seq_len=8, positions="rotary", n_experts=512,
+                top_k=1)
+    for extra in (dict(d_per_layer_input=4), dict(kv_shared_layers=1)):
+        spec = ModelSpec(**base, **extra)
+        assert not should_fold(spec)
+        with pytest.raises(TfcalcError, match="fold=True: a model with per-layer inputs"):
+            fold(spec)
+    assert should_fold(ModelSpec(**base))

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..arch import Layer, Stack, stacks
+from ..errors import TfcalcError
 from ..spec import ModelSpec
 
 FOLD_EXPERTS = 512  # fold when the model has more expert modules than this (n_experts x MoE blocks)
@@ -34,9 +35,16 @@ class FoldedStack(Stack):
         return self.kinds[i]
 
 
+def foldable(spec: ModelSpec) -> bool:
+    """Blocks that read nothing from their place in the stack: not with per-layer inputs (each block reads its own
+    slice of one table as long as the stack) or KV sharing (the sharing blocks read the last earlier block of their
+    kind, and come last)."""
+    return not spec.d_per_layer_input and not spec.kv_shared_layers
+
+
 def should_fold(spec: ModelSpec) -> bool:
-    """The model builds more than FOLD_EXPERTS expert modules."""
-    if not spec.is_moe:
+    """The model builds more than FOLD_EXPERTS expert modules (and its blocks can be folded)."""
+    if not spec.is_moe or not foldable(spec):
         return False
     moe_blocks = sum(stack.layer(i).moe for stack in stacks(spec) for i in range(stack.n_layers))
     return spec.n_experts * moe_blocks > FOLD_EXPERTS
@@ -45,6 +53,9 @@ def should_fold(spec: ModelSpec) -> bool:
 def fold(spec: ModelSpec) -> tuple[list[Stack], dict[str, int]]:
     """(the stacks with one block of each kind, how many blocks each built block stands for, by its module path:
     `blocks.1`, `decoder.blocks.0`)."""
+    if not foldable(spec):
+        raise TfcalcError("fold=True: a model with per-layer inputs (d_per_layer_input) or KV sharing "
+                          "(kv_shared_layers) is checked block by block, unfolded")
     layout: list[Stack] = []
     repeats: dict[str, int] = {}
     for stack in stacks(spec):
