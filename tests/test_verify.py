@@ -11,6 +11,7 @@ from tfcalc.counts.breakdown import Breakdown
 from tfcalc.verify import check
 from tfcalc.verify import checker as check_module
 from tfcalc.verify.components import component_of_module, component_of_parameter
+from tfcalc.verify.folding import foldable
 
 
 def assert_all_rows_match(report):
@@ -22,10 +23,12 @@ def assert_all_rows_match(report):
 
 @pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
 def test_every_preset_on_meta(preset):
+    # one block of each kind, counted once per block of that kind (check's folding, which
+    # test_hf_deepseek.py::test_a_folded_check_is_the_unfolded_one holds to the unfolded check): every preset's block
+    # kinds against FlopCounterMode and fvcore at its full depth, in seconds instead of minutes; a model whose blocks
+    # read their place in the stack (per-layer inputs, KV sharing) is built block by block
     spec = preset.spec
-    if spec.n_layers * spec.n_experts > 2_000:  # Qwen3-235B's 12,032 experts take fvcore minutes to trace: its
-        spec = spec.replace(n_layers=8)  # first 8 blocks (all alike) hold every component it has
-    report = check(spec, "meta")
+    report = check(spec, "meta", fold=foldable(spec))
     assert_all_rows_match(report)
     assert report.to_dict()["forward"]["flop_counter"] == count(spec).flops.forward
 
@@ -42,6 +45,18 @@ def test_gpt2_forward_as_published():
 @given(specs())
 def test_generated_specs_on_meta(spec):
     assert_all_rows_match(check(spec, "meta"))
+
+
+@settings(max_examples=15, deadline=None)
+@given(specs())
+def test_a_folded_check_is_the_unfolded_one_on_generated_specs(spec):
+    # what lets test_every_preset_on_meta fold: one block of each kind, counted per block, gives every figure of the
+    # model built block by block
+    if not foldable(spec):
+        return
+    whole, folded = check(spec, "meta", fold=False).to_dict(), check(spec, "meta", fold=True).to_dict()
+    for key in ("forward", "params"):
+        assert whole[key] == folded[key], key
 
 
 @settings(max_examples=15, deadline=None)

@@ -36,10 +36,10 @@ class FoldedStack(Stack):
 
 
 def foldable(spec: ModelSpec) -> bool:
-    """Blocks that read nothing from their place in the stack: not with per-layer inputs (each block reads its own
-    slice of one table as long as the stack) or KV sharing (the sharing blocks read the last earlier block of their
-    kind, and come last)."""
-    return not spec.d_per_layer_input and not spec.kv_shared_layers
+    """Blocks that read nothing from their place in the stack and own their parameters: not with per-layer inputs
+    (each block reads its own slice of one table as long as the stack), KV sharing (the sharing blocks read the last
+    earlier block of their kind, and come last) or shared blocks (ALBERT: one set of parameters for many blocks)."""
+    return not spec.d_per_layer_input and not spec.kv_shared_layers and spec.shared_blocks is None
 
 
 def should_fold(spec: ModelSpec) -> bool:
@@ -54,8 +54,8 @@ def fold(spec: ModelSpec) -> tuple[list[Stack], dict[str, int]]:
     """(the stacks with one block of each kind, how many blocks each built block stands for, by its module path:
     `blocks.1`, `decoder.blocks.0`)."""
     if not foldable(spec):
-        raise TfcalcError("fold=True: a model with per-layer inputs (d_per_layer_input) or KV sharing "
-                          "(kv_shared_layers) is checked block by block, unfolded")
+        raise TfcalcError("fold=True: a model with per-layer inputs (d_per_layer_input), KV sharing "
+                          "(kv_shared_layers) or shared blocks (shared_blocks) is checked block by block, unfolded")
     layout: list[Stack] = []
     repeats: dict[str, int] = {}
     for stack in stacks(spec):
