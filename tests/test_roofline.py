@@ -132,5 +132,15 @@ def test_the_infer_command_with_tp():
     assert any(op["component"] == "attention/out all-reduce" for op in data["decode"]["ops"])
     table = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--context", "4096", "--tp", "8"])
     assert "Roofline on each of 8 tensor-parallel H100 SXMs" in table.output
-    refused = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--tp", "2,4"])
-    assert refused.exit_code == 2 and "'2,4': one value only" in refused.output
+    # a sweep over tp: one row per size, each the plan at that size
+    sweep = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--context", "4096", "--tp", "1,2,8",
+                                "--json"])
+    assert sweep.exit_code == 0, sweep.output
+    rows = json.loads(sweep.output)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    spec = load_preset("llama3-70b")
+    for row, tp in zip(rows, (1, 2, 8)):
+        assert row["tp"] == tp
+        assert row["decode.seconds"] == inference_plan(spec, H100, context=4096, tp=tp).decode.seconds
+    refused = runner.invoke(app, ["infer", "-p", "llama3-70b", "--gpu", "h100", "--tp", "3,4"])
+    assert refused.exit_code == 2 and "tp=3: tensor parallelism splits the attention heads" in refused.output

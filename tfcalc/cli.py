@@ -891,9 +891,10 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
               = None,
               src_len: SweepSrcLenOpt = None,
               dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
-              tp: Annotated[Optional[int], typer.Option("--tp", parser=_one, metavar="N", show_default=False, help=(
+              tp: Annotated[Optional[str], typer.Option("--tp", parser=_sizes, metavar="N|LIST", show_default=False,
+                                                          help=(
                   "Tensor-parallel GPUs (Megatron's split, as vLLM serves; default 1): every figure is one GPU's, "
-                  "with the all-reduces and the logits' all-gather over its GPU-to-GPU link."))] = None,
+                  "with the all-reduces and the logits' all-gather over its GPU-to-GPU link." + _SWEEPS))] = None,
               plot: PlotOpt = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by. Lists or
@@ -903,8 +904,8 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     from .sweep import order, plan_row
 
     _single(gpu=gpu, dtype=dtype, kv_dtype=kv_dtype)
-    single = _workload_axes(axes, context=context, src_len=src_len)
-    context, src_len = single["context"], single["src_len"]
+    single = _workload_axes(axes, context=context, src_len=src_len, tp=tp)
+    context, src_len, tp = single["context"], single["src_len"], single["tp"]
     axes = order(axes)
     presets = _presets(preset)
     points = _sweep_points(presets, spec, hf_config, overrides, axes)
@@ -917,10 +918,10 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     path = _plot_start(plot)
 
     def plan(p):
-        ctx, src = p.values.get("context", context), p.values.get("src_len", src_len)
+        ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
         return inference_plan(s, card, s.seq_len if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
-                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if tp is None else tp)
+                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus)
 
     pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt
