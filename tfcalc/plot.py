@@ -530,7 +530,11 @@ def roofline(pairs: list, axis: str | None = None):
     ax.set_ylabel("attainable FLOP/s")
     models = list(dict.fromkeys(p.model for p, _ in pairs))
     model = models[0] if len(models) == 1 else f"{len(models)} models"
-    ax.set_title(f"{model} on {p0.gpu.name} ({p0.dtype}): prefill and decode on the roofline")
+    gpus = sorted({getattr(plan, "tp", 1) for plan in plans})
+    where = p0.gpu.name if gpus == [1] else (f"each of {gpus[0]} tensor-parallel {p0.gpu.name}s" if len(gpus) == 1
+                                             else f"one {p0.gpu.name} of each tensor-parallel group")
+    title = f"{model} on {where} ({p0.dtype}): prefill and decode on the roofline"
+    ax.set_title(title if len(title) <= 90 else title.replace(": ", ":\n", 1))  # two lines rather than cut
     ax.legend(loc="lower right")
     from .render import describe
 
