@@ -322,3 +322,12 @@ def test_check_hf_config_maps_per_layer_inputs_and_kv_sharing(tmp_path):
     assert rows["params", "attention/qkv"].transformers == 32 * (2 * 48 + 96 + 2 * 64)
     # the two sharing blocks' MLPs twice as wide: 3 * 24 + 2 * 48 channels, gate, up and down each 32 wide
     assert rows["params", "mlp/up"].transformers == 32 * (3 * 24 + 2 * 48)
+
+
+def test_an_empty_multimodal_config_is_the_class_defaults(tmp_path):
+    # no text_config: Gemma4TextConfig's defaults (global blocks 512 wide, per-layer embeddings of 256), the language
+    # model of Gemma4ForConditionalGeneration as transformers builds it
+    spec = read_hf_config(write(tmp_path, {"model_type": "gemma4"})).spec
+    assert (spec.global_d_head, spec.d_per_layer_input) == (512, 256)
+    assert count(spec).params.total == meta_params({"model_type": "gemma4"},
+                                                   transformers.Gemma4ForConditionalGeneration)
