@@ -161,3 +161,17 @@ def test_the_memory_command_plans_inference_per_gpu_with_tp():
     assert mixed.exit_code == 2 and "--context: an inference flag; --zero plans a train step" in mixed.output
     heads = runner.invoke(app, ["memory", "-p", "llama2-7b", "--tp", "3", "--context", "128"])
     assert heads.exit_code == 2 and "tp=3: tensor parallelism splits the attention heads" in heads.output
+
+
+def test_what_does_not_fit_says_the_smallest_tensor_parallel_size_that_does():
+    # Llama 3.1 405B in bf16, one sequence of 8,192 tokens, on 80 GiB H100s: at tp 8 one GPU's weights alone are
+    # 101,470,601,216 bytes (> 85,899,345,920); at tp 16 (8 key/value heads, each on two GPUs) its share fits
+    spec, w, h100 = load_preset("llama3.1-405b"), Workload(phase="decode", seq_len=1, context=8191), 80 * 2**30
+    assert weights_bytes(spec, "bf16", tp=8) > h100
+    m = inference_memory(spec, w, capacity_bytes=h100, gpu_name="H100 SXM")
+    assert not m.fits and m.smallest_tp == 16
+    assert inference_memory(spec, w, capacity_bytes=h100, tp=16).fits
+    assert inference_memory(spec, w, capacity_bytes=h100, tp=16).smallest_tp is None  # it fits: nothing to say
+    # nothing up to 64 GPUs holds a 405B model on 16 GiB parts with its 131,072-token cache
+    long = Workload(phase="decode", seq_len=1, context=131_071, batch_size=64)
+    assert inference_memory(spec, long, capacity_bytes=16 * 2**30).smallest_tp is None

@@ -319,6 +319,10 @@ def memory_table(m) -> Table:
         rows += [[f"GPU: {m.gpu_name}", "memory", exact(m.capacity_bytes), binary_bytes(m.capacity_bytes)],
                  ["fits", "", "yes" if m.fits else "no", ""],
                  [f"sequences of {w.keys:,} tokens", "beside the weights", exact(m.max_sequences or 0), ""]]
+        if not m.fits:
+            smallest = getattr(m, "smallest_tp", None)
+            rows.append(["fits with", "tensor parallel (--tp)", f"tp {smallest}" if smallest else "none up to tp 64",
+                         ""])
     caption = (f"{w.phase}: B={w.batch_size}, {w.keys:,} tokens per sequence in the cache after the step. Weights and "
                "KV cache only: activations and the runtime's own memory are not counted (docs/planning.md).")
     tp = getattr(m, "tp", 1)

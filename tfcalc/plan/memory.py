@@ -24,7 +24,7 @@ Conventions, stated once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import ceil
 
@@ -57,6 +57,9 @@ class InferenceMemory:
     capacity_bytes: int | None = None  # the GPU's memory, when one is named
     gpu_name: str | None = None
     tp: int = 1  # tensor-parallel GPUs: every figure is one GPU's
+    # when it does not fit on the GPU named: the smallest tensor-parallel size (a power of two the heads take, up to
+    # MAX_TP) at which one GPU's weights and cache fit; None when it fits, no GPU is named, or none up to MAX_TP does
+    smallest_tp: int | None = None
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -86,7 +89,7 @@ class InferenceMemory:
             "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
             "kv_cache_components": self.kv_cache.to_dict(), "kv_bytes_per_token": self.kv_bytes_per_token,
             "total_bytes": self.total_bytes, "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes,
-            "fits": self.fits, "max_sequences": self.max_sequences, "tp": self.tp,
+            "fits": self.fits, "max_sequences": self.max_sequences, "tp": self.tp, "smallest_tp": self.smallest_tp,
         }
 
 
@@ -138,5 +141,27 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     size = DTYPE_BYTES[kv_dtype]
     weights = weights_bytes(spec, dtype, tp)
     cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv, tp).items()})
-    return InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights, cache,
+    plan = InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights, cache,
                            int(folds.kv_per_token(inv, tp) * size), capacity_bytes, gpu_name, tp)
+    if plan.fits is False:
+        plan = replace(plan, smallest_tp=_smallest_tp(spec, inv, dtype, size, capacity_bytes, tp))
+    return plan
+
+
+MAX_TP = 64  # the largest tensor-parallel size the fit search tries (eight nodes of eight)
+
+
+def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, capacity: int, tp: int) -> int | None:
+    """The smallest power of two above `tp`, up to MAX_TP, that the heads take and at which one GPU's weights and
+    KV cache fit in `capacity`."""
+    n = tp * 2
+    while n <= MAX_TP:
+        try:
+            check_tp(spec, n)
+        except TfcalcError:
+            n *= 2
+            continue
+        if weights_bytes(spec, dtype, n) + int(folds.kv_cache(inv, n).total * kv_size) <= capacity:
+            return n
+        n *= 2
+    return None
