@@ -166,3 +166,19 @@ def test_cli_training_flags():
                           (["--precision", "fp64"], "precision='fp64'"), (["--tp", "5"], "tp=5")):
         r = runner.invoke(app, ["memory", "-p", "llama2-7b", *args])
         assert r.exit_code == 2 and message in r.output, (args, r.output)
+
+
+def test_a_long_context_that_fits_nowhere_without_cp_gets_cp_and_sp():
+    # Llama 3.1 405B at its 131,072-token context, full recomputation, on 80 GiB H100s: with cp = 1 even a block's
+    # input per stage is too much at every tp, pp and dp tried; the search then tries context and sequence
+    # parallelism, and the layout it gives fits, with no layout of fewer GPUs among those it stands for
+    spec, w, h100 = load_preset("llama3.1-405b"), Workload(seq_len=131_072), 80 * 2**30
+    m = training_memory(spec, w, recompute="full", capacity_bytes=h100, search={})
+    best = m.smallest.layout
+    assert best.cp > 1 and best.sp and m.smallest.peak <= h100
+    assert training_memory(spec, w, recompute="full", layout=best).peak == m.smallest.peak
+    # the same sizes with cp 1 (the GPUs it saves given to data parallelism) do not fit
+    assert training_memory(spec, w, recompute="full", layout=Layout(dp=best.dp * best.cp, zero=best.zero, tp=best.tp,
+                                                                    pp=best.pp, sp=True)).peak > h100
+    # a cp given is kept
+    assert training_memory(spec, w, recompute="full", capacity_bytes=h100, search={"cp": 8}).smallest.layout.cp == 8

@@ -665,45 +665,65 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
                     capacity_bytes: int, fixed: dict) -> TrainingMemory | None:
     """The layout with the fewest GPUs whose worst stage's peak fits in `capacity_bytes`, keeping the layout
     fields in `fixed` as given. Searched: tp 1-8 (one node), pp and dp powers of two, ZeRO 0-3, ep powers of two
-    dividing n_experts; ties go to the least sharding (lower ZeRO stage, then smaller tp, then pp).
-    None when nothing up to 65,536 GPUs fits."""
+    dividing n_experts; ties go to the least sharding (lower ZeRO stage, then smaller tp, then pp). Context
+    parallelism (powers of two up to MAX_CP) and sequence parallelism are searched too when nothing fits without
+    them (a long context): they cost only when needed. None when nothing up to 65,536 GPUs fits."""
     recipe = PRECISIONS[precision]
+    caches: dict = {}
+    best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches,
+                   [fixed.get("cp", 1)], [fixed.get("sp", False)])
+    if best is None and not ("cp" in fixed and "sp" in fixed):
+        # context parallelism over the lengths it divides; sequence parallelism on wherever tp > 1 (it only
+        # splits what tensor parallelism keeps whole: never more memory)
+        cps = [fixed["cp"]] if "cp" in fixed else [c for c in _powers(MAX_CP) if workload.seq_len % c == 0]
+        sps = [fixed["sp"]] if "sp" in fixed else [True]
+        best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches, cps,
+                       sps)
+    return None if best is None else _plan(spec, workload, recipe, precision, optimizer, recompute, best,
+                                           capacity_bytes, None, caches)
+
+
+MAX_CP = 64  # the largest context-parallel size the fit search tries
+
+
+def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str, optimizer: str, recompute: str,
+            capacity_bytes: int, fixed: dict, caches: dict, cps: list[int], sps: list[bool]) -> Layout | None:
+    """smallest_layout's search over the layouts with cp in `cps` and sp in `sps`."""
     blocks = sum(s.n_layers for s in stacks(spec))
     tps = [fixed["tp"]] if "tp" in fixed else [t for t in (1, 2, 4, 8)
                                                 if not any(heads % t for heads in _head_counts(spec))]
     pps = [fixed["pp"]] if "pp" in fixed else _powers(blocks)
-    cps = [fixed.get("cp", 1)]
     eps = [fixed["ep"]] if "ep" in fixed else ([e for e in _powers(spec.n_experts) if spec.n_experts % e == 0]
                                                if spec.is_moe else [1])
     zeros = [fixed["zero"]] if "zero" in fixed else [0, 1, 2, 3]
     dps = [fixed["dp"]] if "dp" in fixed else _powers(MAX_GPUS)
-    sp = fixed.get("sp", False)
     best, best_key = None, None
-    caches: dict = {}
-    for pp in pps:
-        for tp in tps:
-            for cp in cps:
-                for ep in eps:
-                    if _beyond(spec, workload, recipe, precision, optimizer, recompute,
-                               Layout(1, 0, tp, pp, ep, cp, sp), capacity_bytes, caches):
-                        continue
-                    for zero in zeros:
-                        for dp in dps:
-                            layout = Layout(dp, zero, tp, pp, ep, cp, sp)
-                            if layout.gpus > MAX_GPUS or (dp * cp) % ep:
-                                continue
-                            if best_key is not None and layout.gpus > best_key[0]:
-                                break
-                            try:
-                                check_layout(spec, workload, layout)
-                            except TfcalcError:
-                                continue
-                            plan = _plan(spec, workload, recipe, precision, optimizer, recompute, layout,
-                                         capacity_bytes, None, caches, estimate=False)
-                            if plan.peak <= capacity_bytes:
-                                key = (layout.gpus, zero, tp, pp, ep, dp)
-                                if best_key is None or key < best_key:
-                                    best, best_key = layout, key
-                                break  # a larger dp only adds GPUs
-    return None if best is None else _plan(spec, workload, recipe, precision, optimizer, recompute, best,
-                                           capacity_bytes, None, caches)
+    # the sizes with the fewest GPUs first (dp * cp must be a multiple of ep): once one fits, no size that needs
+    # more GPUs than it is looked at
+    sizes = sorted({(tp * pp * cp * max(1, ep // cp), pp, tp, cp, sp and tp > 1, ep)
+                    for pp in pps for tp in tps for cp in cps for sp in sps for ep in eps})
+    for fewest, pp, tp, cp, sp, ep in sizes:
+        if best_key is not None and fewest > best_key[0]:
+            break
+        if _beyond(spec, workload, recipe, precision, optimizer, recompute, Layout(1, 0, tp, pp, ep, cp, sp),
+                   capacity_bytes, caches):
+            continue
+        for zero in zeros:
+            for dp in dps:
+                layout = Layout(dp, zero, tp, pp, ep, cp, sp)
+                if layout.gpus > MAX_GPUS or (dp * cp) % ep:
+                    continue
+                if best_key is not None and layout.gpus > best_key[0]:
+                    break
+                try:
+                    check_layout(spec, workload, layout)
+                except TfcalcError:
+                    continue
+                plan = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes,
+                             None, caches, estimate=False)
+                if plan.peak <= capacity_bytes:
+                    key = (layout.gpus, zero, tp, pp, cp, int(sp), ep, dp)
+                    if best_key is None or key < best_key:
+                        best, best_key = layout, key
+                    break  # a larger dp only adds GPUs
+    return best
