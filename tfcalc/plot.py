@@ -172,29 +172,19 @@ def _legend(ax) -> None:
 
 # ---- colours: one family of hues per kind of component --------------------------------------------------------
 
-def _kind(name: str) -> str:
-    parts = name.split("/")
-    if "cross_attention" in parts:
-        return "cross"
-    if "attention" in parts:
-        return "attention"
-    if "mlp" in parts or "moe" in parts or any(p.startswith("expert") for p in parts):
-        return "mlp"
-    return "other"
+_MAPS = {"attention": "Blues", "mlp": "Oranges", "cross_attention": "Purples", "other": "Greys"}
 
 
-_MAPS = {"attention": "Blues", "mlp": "Oranges", "cross": "Purples", "other": "Greys"}
-
-
-def _colours(names: list[str]) -> dict[str, Any]:
+def _colours(names: list[str], families: dict[str, str]) -> dict[str, Any]:
+    """A colour per component: one family of hues per builder family (Inventory.families)."""
     from matplotlib import colormaps
 
     by_kind: dict[str, list[str]] = {}
     for name in names:
-        by_kind.setdefault(_kind(name), []).append(name)
+        by_kind.setdefault(families.get(name, "other"), []).append(name)
     out = {}
     for kind, members in by_kind.items():
-        cmap = colormaps[_MAPS[kind]]
+        cmap = colormaps[_MAPS.get(kind, "Greys")]
         for i, name in enumerate(members):
             out[name] = cmap(0.45 + 0.45 * (i / max(1, len(members) - 1)) if len(members) > 1 else 0.65)
     return out
@@ -243,7 +233,10 @@ def components_over(pairs: list, axis: str):
     edges = _edges(xs, log)
     lefts, widths = [e[0] for e in edges], [e[1] for e in edges]
     bottom = [0.0] * len(xs)
-    colours = _colours(names)
+    families: dict[str, str] = {}
+    for r in results:
+        families.update(r.inventory.families())
+    colours = _colours(names, families)
     for name in names:
         heights = [scaled(r.flops.components.get(name, 0), r) for r in results]
         ax.bar(lefts, heights, widths, bottom=bottom, align="edge", label=name, color=colours[name],

@@ -86,13 +86,16 @@ class Ctx:
 
 Builder = Callable[[Ctx], list[Op]]
 BUILDERS: dict[str, Builder] = {}
+# the kind of work each builder's records do, for what classifies components (the attention/MLP crossover, a
+# plot's colours): "attention", "cross_attention", "mlp" or "other" (embeddings, norms, heads)
+FAMILIES: dict[str, str] = {}
 
 
-def builder(name: str) -> Callable[[Builder], Builder]:
+def builder(name: str, family: str = "other") -> Callable[[Builder], Builder]:
     """Register a builder under `name` (one place per block kind, like torch's register_flop_formula)."""
     def register(fn: Builder) -> Builder:
         assert name not in BUILDERS, name
-        BUILDERS[name] = fn
+        BUILDERS[name], FAMILIES[name] = fn, family
         return fn
     return register
 
@@ -108,7 +111,7 @@ def embedding(ctx: Ctx) -> list[Op]:
     D = spec.d_embedding or spec.d_model  # ALBERT's factorised embedding: E-wide tables, then E -> D
     ops: list[Op] = []
     if not (spec.is_encoder_decoder and spec.shared_embeddings):
-        ops.append(Table(ctx.name("embedding/token"), spec.vocab_size, D))  # [V, D]
+        ops.append(Table(ctx.name("embedding/token"), spec.vocab_size, D, tokens=ctx.t))  # [V, D]
     if spec.positions == "learned":
         ops.append(Table(ctx.name("embedding/position"), spec.max_positions, D, "position"))  # [P, D]
     if spec.positions == "relative":  # T5: one bucket table in the stack's first block, shared by the rest
@@ -141,13 +144,22 @@ def _attention_core(ctx: Ctx, component: str, s_q: int, s_k: int, mask: Mask, si
                          sinks)
 
 
-def _sublayer(ctx: Ctx, sublayer: str, ops: list[Op]) -> list[Op]:
+def _sublayer(ctx: Ctx, sublayer: str, ops: list[Op], beside_attention: bool = False) -> list[Op]:
     """A sublayer's ops with its norms (by `norm_position`) and the residual add: pre and post have one norm
     (`<sublayer>/norm`; post's normalises the sum, after the residual add), output one on the sublayer's output
-    (`<sublayer>/post_norm`, before the residual add), sandwich both."""
+    (`<sublayer>/post_norm`, before the residual add), sandwich both.
+
+    `beside_attention`: the MLP (or the experts) of a parallel block, x + attn(norm(x)) + mlp(norm'(x)), with its own
+    residual add (two adds, as sequential blocks have). With two norms its norm reads the block's input, which
+    attention's norm keeps; with one it has no norm of its own, and its first projection (the up projection, or the
+    router) reads attention's normalised x: kept once."""
     position, t = ctx.spec.norm_position, ctx.t
     before = [] if position == "output" else [_norm(ctx, f"{sublayer}/norm", t)]
     after = [_norm(ctx, f"{sublayer}/post_norm", t)] if position in ("sandwich", "output") else []
+    if beside_attention and ctx.spec.parallel_block == "two_norms":
+        before = [replace(norm, shares_input=True) for norm in before]
+    elif beside_attention and ctx.spec.parallel_block == "one_norm":
+        before, ops = [], [replace(ops[0], shares_input=True), *ops[1:]]
     return [*before, *ops, *after, Elementwise(ctx.name("residual"), "residual", t * ctx.spec.d_model, RESIDUAL_ADD)]
 
 
@@ -167,7 +179,7 @@ def _qk_norms(ctx: Ctx) -> list[Op]:
     return norms[:1] if ctx.layer is not None and ctx.layer.kv_shared else norms  # no keys of its own
 
 
-@builder("attention")
+@builder("attention", family="attention")
 def attention(ctx: Ctx) -> list[Op]:
     """Self-attention: norm, fused q/k/v projection, q/k norms, scores and value mixing, output projection,
     residual. A global block may have heads of its own width and number, and no value projection (its values
@@ -235,7 +247,7 @@ def _sinks(ctx: Ctx) -> list[Op]:
     return [Table(ctx.name("attention/sinks"), 1, ctx.spec.n_heads, "sinks")] if ctx.spec.attention_sinks else []
 
 
-@builder("cross_attention")
+@builder("cross_attention", family="cross_attention")
 def cross_attention(ctx: Ctx) -> list[Op]:
     """Queries from the decoder, keys and values from the encoder's output (all of it: no mask). In decode the
     encoder's keys and values are cached, so their projection does no work (its weights are still there)."""
@@ -245,7 +257,8 @@ def cross_attention(ctx: Ctx) -> list[Op]:
         # decoder x: [T, D] @ W_q: [D, H*dh]
         Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias, split="column"),
         # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
-        Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias, split="column"),
+        Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias, split="column",
+               role="encoder_kv"),
         _attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
@@ -263,15 +276,16 @@ def _ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: 
     if gated:  # x: [rows, D] @ W_gate: [D, F], the same x as up's
         ops.append(Matmul(gate, rows, D, width, weights, bias, active, "column", shares_input=True))
     ops.append(Matmul(down, rows, width, D, weights, bias, active, "row"))  # h: [rows, F] @ W_down: [F, D]
-    ops.append(Elementwise(up, "activation", rows * width,
-                           ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0), spec.activation))
+    ops.append(Elementwise(up, "activation", rows * width,  # gated: act(gate) * up keeps both
+                           ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0), spec.activation,
+                           multiplies=2 if gated else 0))
     return ops
 
 
-@builder("mlp")
+@builder("mlp", family="mlp")
 def mlp(ctx: Ctx) -> list[Op]:
     """A dense MLP: norm, up [and gate], activation, down, residual."""
-    return _sublayer(ctx, "mlp", _ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), ctx.t, _d_ff(ctx)))
+    return _sublayer(ctx, "mlp", _ffn(ctx, ("mlp/up", "mlp/gate", "mlp/down"), ctx.t, _d_ff(ctx)), beside_attention=True)
 
 
 def _d_ff(ctx: Ctx) -> int:
@@ -287,14 +301,14 @@ def per_layer_input(ctx: Ctx) -> list[Op]:
     return [
         Matmul(ctx.name("per_layer/gate"), t, D, P),  # x: [T, D] @ W_gate: [D, P]
         Elementwise(ctx.name("per_layer/gate"), "activation", t * P, ACTIVATION_FLOPS[spec.activation] + 1,
-                    spec.activation),  # act(gate) * the block's slice
+                    spec.activation, multiplies=1),  # act(gate) * the block's slice: keeps act(gate)
         Matmul(ctx.name("per_layer/projection"), t, P, D),  # [T, P] @ W_proj: [P, D]
         Norm(ctx.name("per_layer/norm"), spec.norm, t, D),
         Elementwise(ctx.name("residual"), "residual", t * D, RESIDUAL_ADD),
     ]
 
 
-@builder("moe")
+@builder("moe", family="mlp")
 def moe(ctx: Ctx) -> list[Op]:
     """A mixture of experts: a router, each token through exactly top_k routed experts (an even split is not
     assumed: the rows are all the token-expert pairs), shared experts every token goes through, their gate."""
@@ -302,7 +316,7 @@ def moe(ctx: Ctx) -> list[Op]:
     E, k = spec.n_experts, spec.top_k
     if spec.moe_beside_mlp:
         return _moe_beside_mlp(ctx)
-    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias),  # x: [T, D] @ W_router: [D, E]
+    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router"),  # [T, D] @ [D, E]
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
     # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
@@ -313,8 +327,8 @@ def moe(ctx: Ctx) -> list[Op]:
         shared[0] = replace(shared[0], shares_input=True)  # they read the router's x: kept once
         ops += shared
     if spec.shared_expert_gate:  # x: [T, D] @ W_gate: [D, 1], the router's x
-        ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1, shares_input=True))
-    return _sublayer(ctx, "mlp", ops)
+        ops.append(Matmul(ctx.name("moe/shared_gate"), t, D, 1, shares_input=True, role="shared_gate"))
+    return _sublayer(ctx, "mlp", ops, beside_attention=True)
 
 
 def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
@@ -331,7 +345,7 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
         _norm(ctx, "mlp/branch_norm", t),
         Norm(ctx.name("moe/router_norm"), "rmsnorm", t, D, shares_input=True),  # x kept once (mlp/norm's)
         Table(ctx.name("moe/expert_scale"), 1, E, "scale"),  # [E]
-        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias),  # x: [T, D] @ W_router: [D, E]
+        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router"),  # [T, D] @ [D, E]
         Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D + k),  # softmax, weights, expert scales
         replace(_norm(ctx, "moe/norm", t), shares_input=True),  # the same x as mlp/norm's
         # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
@@ -354,11 +368,12 @@ def head(ctx: Ctx) -> list[Op]:
     spec, D, b = ctx.spec, ctx.spec.d_model, ctx.b
     ops: list[Op] = []
     if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, D]
-        ops.append(Matmul("pooler", b, D, D, bias=True))
+        ops.append(Matmul("pooler", b, D, D, bias=True, role="pooler"))
     if spec.lm_head:
         # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
         ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
-                          weights=0 if spec.tie_embeddings else 1, bias=spec.head_bias, split="column"))
+                          weights=0 if spec.tie_embeddings else 1, bias=spec.head_bias, split="column",
+                          role="head"))
     return ops
 
 
@@ -366,29 +381,25 @@ def head(ctx: Ctx) -> list[Op]:
 def shared_embedding(ctx: Ctx) -> list[Op]:
     """An encoder-decoder's one token table, used by both stacks (and by a tied head)."""
     spec = ctx.spec
-    return [Table("embedding/token", spec.vocab_size, spec.d_model)] if spec.shared_embeddings else []
+    # looked up by the decoder's tokens and, unless in decode, the encoder's
+    tokens = ctx.t + (0 if ctx.workload.phase == "decode" else ctx.b * ctx.src)
+    return [Table("embedding/token", spec.vocab_size, spec.d_model, tokens=tokens)] if spec.shared_embeddings else []
+
+
+def run(name: str, ctx: Ctx) -> list[Op]:
+    """The ops of the builder registered as `name`, each marked with the sublayer that made it."""
+    return [replace(op, sublayer=name) for op in BUILDERS[name](ctx)]
+
+
+def sublayers(ctx: Ctx) -> list[str]:
+    """The builders one block is composed of, in order: self-attention, cross-attention when it has it, then the
+    MLP or the experts (beside attention in a parallel block), then a per-layer input (Gemma 4)."""
+    names = ["attention", *(["cross_attention"] if ctx.layer.cross else []), "moe" if ctx.layer.moe else "mlp"]
+    if ctx.spec.d_per_layer_input and ctx.spec.parallel_block == "none":
+        names.append("per_layer_input")
+    return names
 
 
 def block(ctx: Ctx) -> list[Op]:
-    """One block: self-attention, cross-attention when it has it, then the MLP or the experts (side by side with
-    attention in a parallel block)."""
-    names = ["attention", *(["cross_attention"] if ctx.layer.cross else []), "moe" if ctx.layer.moe else "mlp"]
-    if ctx.spec.parallel_block != "none":
-        return _parallel(ctx, BUILDERS[names[0]](ctx), BUILDERS[names[-1]](ctx))
-    if ctx.spec.d_per_layer_input:
-        names.append("per_layer_input")
-    return [op for name in names for op in BUILDERS[name](ctx)]
-
-
-def _parallel(ctx: Ctx, attention_ops: list[Op], mlp_ops: list[Op]) -> list[Op]:
-    """A parallel block, x + attn(norm(x)) + mlp(norm'(x)): the two sublayers' ops as built, each with its own
-    residual add (two adds, as sequential blocks have). With one norm the MLP has none of its own, and its first
-    projection (the up projection, or the router) reads the same normalised x as attention's: kept once."""
-    norm = ctx.name("mlp/norm")
-    if ctx.spec.parallel_block == "two_norms":  # the MLP's norm reads the block's input, as attention's does
-        return attention_ops + [replace(op, shares_input=True) if isinstance(op, Norm) and op.component == norm
-                                else op for op in mlp_ops]
-    mlp_ops = [op for op in mlp_ops if not (isinstance(op, Norm) and op.component == norm)]
-    first = next(i for i, op in enumerate(mlp_ops) if isinstance(op, Matmul))
-    mlp_ops[first] = replace(mlp_ops[first], shares_input=True)
-    return attention_ops + mlp_ops
+    """One block: its sublayers' ops in order (a parallel block's MLP reads the block's input: `_sublayer`)."""
+    return [op for name in sublayers(ctx) for op in run(name, ctx)]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 from .architecture import Stack, stacks
-from .builders import BUILDERS, Ctx, block
-from .ops import AttentionCore, Elementwise, Op
+from .builders import FAMILIES, Ctx, block, run
+from .ops import Op
 from .workload import Workload
 
 
@@ -28,6 +28,13 @@ class Group:
     repeat: int
     ops: tuple[Op, ...]
     copies: int | None = None
+    kind: str = "block"  # "embedding", "block", "final_norm" or "head"
+    stack: Stack | None = None  # the stack it belongs to (None: the model's shared table and its head)
+
+    @property
+    def block(self) -> bool:
+        """Transformer blocks (what full recomputation runs again), not embeddings, norms or heads."""
+        return self.kind == "block"
 
     @property
     def parameter_sets(self) -> int:
@@ -53,15 +60,23 @@ class Inventory:
             for op in group.ops:
                 yield op, group.parameter_sets
 
+    def families(self) -> dict[str, str]:
+        """Each component's builder family ("attention", "cross_attention", "mlp" or "other"; an attention core's
+        scores and values are its sublayer's)."""
+        return {name: FAMILIES.get(op.sublayer, "other") for op, _ in self for name in op.names()}
+
     def components(self) -> list[str]:
         """Component names in model order (an attention core gives `.../scores` and `.../values`)."""
         names: dict[str, None] = {}
         for op, _ in self:
-            if isinstance(op, AttentionCore):
-                names[op.component + "/scores"] = names[op.component + "/values"] = None
-            elif not isinstance(op, Elementwise):
-                names[op.component] = None
+            names.update(dict.fromkeys(op.names()))
         return list(names)
+
+
+def family(op: Op) -> str:
+    """The kind of work a record does: "quadratic" for an attention core's scores and values, else its builder's
+    family ("attention", "cross_attention", "mlp", "other")."""
+    return "quadratic" if op.role == "attention" else FAMILIES.get(op.sublayer, "other")
 
 
 def default_workload(spec: ModelSpec) -> Workload:
@@ -101,23 +116,46 @@ def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
     workload = workload or default_workload(spec)
     if spec.is_encoder_decoder and workload.src_len is None:
         workload = workload.model_copy(update={"src_len": workload.seq_len})
-    groups: list[Group] = []
-    all_stacks = stacks(spec)
-    top = Ctx(spec, workload, all_stacks[-1])
-    if spec.is_encoder_decoder:
-        groups.append(Group("embedding", 1, tuple(BUILDERS["shared_embedding"](top))))
-    for stack in all_stacks:
-        groups += _stack_groups(spec, workload, stack)
-    groups.append(Group("head", 1, tuple(BUILDERS["head"](top))))
+    (groups,) = stages(spec, workload, 1)
     return Inventory(spec, workload, tuple(g for g in groups if g.ops))
 
 
-def _stack_groups(spec: ModelSpec, workload: Workload, stack: Stack) -> list[Group]:
-    ctx = Ctx(spec, workload, stack)
-    where = f"{stack.name} " if stack.name else ""
-    groups = [Group(f"{where}embedding", 1, tuple(BUILDERS["embedding"](ctx)))]
-    for layer, repeat in stack.distinct().items():  # shared_blocks: one kind of block (the spec checks it)
-        groups.append(Group(f"{where}block ({layer.label})", repeat,
-                            tuple(block(Ctx(spec, workload, stack, layer))), spec.shared_blocks))
-    groups.append(Group(f"{where}final_norm", 1, tuple(BUILDERS["final_norm"](ctx))))
-    return groups
+def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
+    """The inventory's groups on each of `pp` pipeline stages: contiguous blocks, split as evenly as can be (the
+    first stage also holds the embeddings, the last the final norm and the head; a stack's embedding goes with
+    its first block and its final norm with its last). With pp = 1, the whole inventory."""
+    all_stacks = stacks(spec)
+    total = sum(s.n_layers for s in all_stacks)
+    bounds = [i * total // pp for i in range(pp + 1)]
+    out: list[list[Group]] = [[] for _ in range(pp)]
+
+    def stage(layer: int) -> int:  # of the model's layer index, by arithmetic
+        if pp == 1:
+            return 0
+        s = layer * pp // total
+        while bounds[s + 1] <= layer:
+            s += 1
+        while bounds[s] > layer:
+            s -= 1
+        return s
+
+    top = Ctx(spec, workload, all_stacks[-1])
+    if spec.is_encoder_decoder:
+        out[0].append(Group("embedding", 1, tuple(run("shared_embedding", top)), kind="embedding"))
+    offset = 0
+    for stack in all_stacks:
+        ctx = Ctx(spec, workload, stack)
+        where = f"{stack.name} " if stack.name else ""
+        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(run("embedding", ctx)), kind="embedding",
+                                        stack=stack))
+        for s in range(pp):
+            lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, stack.n_layers)
+            # shared_blocks: one kind of block (the spec checks it)
+            out[s] += [Group(f"{where}block ({layer.label})", repeat, tuple(block(Ctx(spec, workload, stack, layer))),
+                             spec.shared_blocks, stack=stack)
+                       for layer, repeat in (stack.distinct(lo, hi).items() if lo < hi else ())]
+        out[stage(offset + stack.n_layers - 1)].append(
+            Group(f"{where}final_norm", 1, tuple(run("final_norm", ctx)), kind="final_norm", stack=stack))
+        offset += stack.n_layers
+    out[pp - 1].append(Group("head", 1, tuple(run("head", top)), kind="head"))
+    return out

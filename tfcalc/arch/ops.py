@@ -1,20 +1,165 @@
 """The op records an inventory is made of: shapes and integers, nothing else (no torch, no config objects).
 
-Every figure tfcalc reports is a fold over these records (`tfcalc.counts.folds`):
+Each record answers every figure for itself, from its own shapes (torch's flop_counter keeps one formula per op;
+here the formula lives on the record): its parameters, forward FLOPs, the FLOPs over the (query, key) pairs a mask
+keeps, its non-matmul work, the bytes it moves on a roofline, its tensors on one of `tp` tensor-parallel GPUs, what
+it keeps for backward and what it adds to an inference cache. A fold (`tfcalc.counts.folds`, the plans) is a sum
+over records; it never asks what type a record is. A record type that does not define a figure raises
+`UnsupportedFigure` naming the record and the figure (fvcore's loud `unsupported_ops()`): never a silent 0.
+
 - `Matmul`: x [m, k] @ W [k, n], with the weight matrices it owns (0 when tied or when W is an activation).
 - `AttentionCore`: softmax(q k^T) v for b x h heads, s_q queries against s_k keys, and which pairs the mask keeps.
 - `Table`: a lookup table (token, position, token-type or relative-bias embedding): parameters, no matmul.
 - `Norm`: a LayerNorm or RMSNorm over `rows` vectors of `width`: parameters and non-matmul work.
 - `Elementwise`: activations, gates, residual adds, routing: non-matmul work only.
+
+A record's `role` says what it is for, so that no consumer tests a component's name: a matmul's is "" (a plain
+projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate) or "encoder_kv" (the
+keys and values of cross-attention, read off the encoder's output); a table's is its kind; an elementwise op's its
+kind. `sublayer` is the builder that made it ("attention", "mlp", "moe", "embedding", "head", ...), set when the
+inventory composes a block.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import TfcalcError
+
+# Rough FLOPs per element of non-matmul work, stated once (the activation constants live with the builders).
+SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
+# mean/var (or mean square), normalise, affine (a layer norm without bias: no add)
+NORM_PER_ELEMENT = {"layernorm": 8, "layernorm_no_bias": 7, "rmsnorm": 4}
+NON_MATMUL_KIND = {"activation": "activations", "residual": "residual", "routing": "moe/routing"}
+STAT_BYTES = 4  # a norm's per-row statistics and the loss are fp32
+
+
+def matmul(m: int, k: int, n: int) -> int:
+    """FLOPs of [m, k] @ [k, n]: m * n dot products of length k, 2 FLOPs per multiply-add. The only place
+    that multiplies by 2."""
+    return 2 * m * k * n
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kept_up_to(n: int, window: int | None) -> int:
+    """sum over p = 1..n of min(p, window): the keys kept by queries at positions 0..n-1 under a causal mask."""
+    if window is None or n <= window:
+        return n * (n + 1) // 2
+    return window * (window + 1) // 2 + (n - window) * window
+
+
+class UnsupportedFigure(TfcalcError):
+    """A record that does not define a figure a fold asks of it."""
+
 
 @dataclass(frozen=True, slots=True)
-class Matmul:
+class Parallel:
+    """Where one GPU stands in a parallel layout, as a record needs it: tensor, expert and context parallel sizes
+    and whether sequence parallelism splits what tensor parallelism keeps whole."""
+
+    tp: int = 1
+    ep: int = 1
+    cp: int = 1
+    sp: bool = False
+
+    @property
+    def whole(self) -> int:
+        """How many ways what tensor parallelism replicates is split: tp under sequence parallelism, else 1."""
+        return self.tp if self.sp and self.tp > 1 else 1
+
+    def part(self, n: int, split: int) -> int:
+        """One GPU's share of n split `split` ways and over the context-parallel GPUs."""
+        return _ceil(n, split * self.cp)
+
+
+class Record:
+    """What every op record answers. Each figure here raises until a record type defines it."""
+
+    __slots__ = ()
+    component: str
+
+    windowed = False  # a sliding-window mask (AttentionCore's own)
+    expert = False  # routed experts' weights (Matmul's own): sharded over expert-parallel GPUs
+
+    def _missing(self, figure: str):
+        raise UnsupportedFigure(f"{type(self).__name__} {self.component!r} does not define {figure}: a fold cannot "
+                                "count it (add the figure to the record type)")
+
+    # ---- counting
+    def params(self) -> int:
+        """Parameters of one set of this op's weights."""
+        return self._missing("params")
+
+    def parameters(self) -> dict[str, int]:
+        """Parameters per component: a record that may hold weights reports its row, even at 0 (a tied head)."""
+        return self._missing("parameters")
+
+    def inactive_params(self) -> int:
+        """Parameters one token does not touch (the routed experts it is not sent to)."""
+        return self._missing("inactive_params")
+
+    def matrix_params(self, tp: int = 1) -> int:
+        """Parameters in weight matrices of linear layers (what a weight-only scheme quantizes), on one of `tp`
+        tensor-parallel GPUs."""
+        return self._missing("matrix_params")
+
+    def forward(self) -> dict[str, int]:
+        """Forward matmul FLOPs per component."""
+        return self._missing("forward")
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        """Forward FLOPs over the pairs the mask keeps, for the components a mask changes."""
+        return self._missing("masked")
+
+    def non_matmul(self) -> dict[str, int]:
+        """An estimate of non-matmul forward FLOPs, per kind of work."""
+        return self._missing("non_matmul")
+
+    def names(self) -> list[str]:
+        """The components this record reports under, in order."""
+        return self._missing("names")
+
+    # ---- inference
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        """Elements this op keeps in an inference cache after the step, on one of `tp` GPUs, per component."""
+        return self._missing("cache")
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        """Cache elements one more token of one sequence adds (a window caps the total, not this)."""
+        return self._missing("cache_per_token")
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        """(FLOPs, bytes moved) of one run on one of `tp` GPUs; None when it moves nothing."""
+        return self._missing("cost")
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        """(name, bytes one GPU sends, what) of the tensor-parallel collective that ends this op, or None."""
+        return self._missing("collective")
+
+    # ---- training
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        """The sizes of the parameter tensors one GPU holds (copy_tied: a later pipeline stage's own copy of a
+        tied head's matrix)."""
+        return self._missing("tensors")
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        """Bytes this op keeps for its backward on one GPU (one microbatch), per what; `a` bytes per activation."""
+        return self._missing("saved")
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        """The (m, k, n) of the GEMM one weight matrix runs (a timed profile's shape), or None: no weight GEMM."""
+        return self._missing("gemm")
+
+    def scores(self) -> int:
+        """Score elements a recomputed attention core materialises again."""
+        return self._missing("scores")
+
+
+@dataclass(frozen=True, slots=True)
+class Matmul(Record):
     """x: [m, k] @ W: [k, n]. `weights` matrices of [k, n] (and biases [n]) belong to this op: 1 for a linear,
     E for E routed experts (m is then all the rows sent to any of them), 0 for a tied or activation operand.
     `active`: the weight matrices one token touches (top_k of E); None means all of them.
@@ -32,11 +177,107 @@ class Matmul:
     active: int | None = None
     split: str = ""
     shares_input: bool = False
+    role: str = ""
+    sublayer: str = ""
 
     @property
     def params_each(self) -> int:
         """One weight matrix and its bias: nn.Linear(k, n) has weight [n, k] and bias [n]."""
         return self.k * self.n + (self.n if self.bias else 0)
+
+    @property
+    def expert(self) -> bool:
+        """Routed experts: each token through `active` of the `weights` matrices."""
+        return self.active is not None
+
+    def params(self) -> int:
+        return self.weights * self.params_each
+
+    def parameters(self) -> dict[str, int]:
+        return {self.component: self.params()}
+
+    def inactive_params(self) -> int:
+        return 0 if self.active is None else (self.weights - self.active) * self.params_each
+
+    def matrix_params(self, tp: int = 1) -> int:
+        k, n = self._shape_on(tp)
+        return self.weights * k * n
+
+    def forward(self) -> dict[str, int]:
+        return {self.component: matmul(self.m, self.k, self.n)}
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        return {}
+
+    def non_matmul(self) -> dict[str, int]:
+        return {"bias": self.m * self.n} if self.bias and self.weights else {}
+
+    def names(self) -> list[str]:
+        return [self.component]
+
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        return {}
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        return 0
+
+    def _shape_on(self, tp: int) -> tuple[int, int]:
+        """(k, n) of one GPU's share of W."""
+        if self.split == "column":
+            return self.k, _ceil(self.n, tp)
+        if self.split == "row":
+            return _ceil(self.k, tp), self.n
+        return self.k, self.n
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        if not self.m:
+            return None
+        k, n = self._shape_on(tp)
+        read = min(self.weights, self.m) if self.expert else self.weights  # routed: experts touched
+        weights = int(read * k * n * weight_bytes) if read else k * n * act  # tied head: the table
+        return matmul(self.m, k, n), weights + self.m * (k + n) * act
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        if not self.m:
+            return None
+        if self.split == "row":
+            size = self.m * self.n * act  # [m, n] partial sums
+            return f"{self.component} all-reduce", 2 * (tp - 1) * size // tp, "all-reduce"
+        if self.role == "head":
+            size = self.m * self.n * act  # the logits, [m, V]
+            return "head all-gather", (tp - 1) * size // tp, "all-gather"
+        return None
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        # a tied head owns no matrix (the token table is counted), unless a later pipeline stage keeps a copy
+        matrices = _ceil(self.weights, ep) if self.expert else self.weights or int(copy_tied)
+        k, n = self._shape_on(tp)
+        bias = n if self.split == "column" else self.n
+        return ([k * n] + ([bias] if self.bias else [])) * matrices
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        if not self.m:
+            return None
+        # routed experts: an even share of the rows each
+        return max(1, self.m // self.weights) if self.weights > 1 else self.m, self.k, self.n
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        if self.role == "shared_gate":  # sigmoid(x W) * shared: the sigmoid's output [T, 1] and the shared
+            # experts' sum [T, D], which the multiply keeps (x is the router's)
+            return {"gate": par.part((self.m * self.n + self.m * self.k) * a, par.whole)}
+        if self.shares_input or self.m == 0:
+            return {}
+        split = par.tp if self.split == "row" else par.whole
+        saved = {"input": par.part(self.m * self.k * a, split)}
+        if self.role == "head":  # the loss: the fp32 log-softmax of the logits (vocabulary-parallel), the loss
+            # value and nll_loss's total weight (fp32 scalars)
+            saved["loss"] = par.part(self.m * self.n * STAT_BYTES, par.tp) + 2 * STAT_BYTES
+        if self.role == "pooler":  # tanh keeps its output
+            saved["input"] *= 2
+        return saved
+
+    def scores(self) -> int:
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +290,7 @@ class Mask:
 
 
 @dataclass(frozen=True, slots=True)
-class AttentionCore:
+class AttentionCore(Record):
     """scores = q [b, h, s_q, d_qk] @ k^T [b, h, d_qk, s_k]; out = probs [b, h, s_q, s_k] @ v [b, h, s_k, d_v].
 
     The keys and values come from `h_kv` heads (GQA, MQA: h_kv < h). `cached`: an inference step keeps them in a
@@ -71,6 +312,13 @@ class AttentionCore:
     cache_width: int = 0
     # its keys and values are an earlier block's (Gemma 4's KV sharing): not its own to cache or keep for backward
     shares_kv: bool = False
+    sublayer: str = ""
+
+    role = "attention"
+
+    @property  # type: ignore[misc]
+    def windowed(self) -> bool:
+        return self.mask.window is not None
 
     @property
     def kv_heads(self) -> int:
@@ -86,19 +334,170 @@ class AttentionCore:
         more than the heads, as vLLM does); a latent (`cache_width`) is not split by heads: whole on every GPU."""
         return self.cache_width or max(1, self.kv_heads // tp) * (self.d_qk + self.d_v)
 
+    def pairs(self, windows: bool) -> int:
+        """(query, key) pairs the mask keeps. Query i is at key position (s_k - s_q) + i and sees the keys at or
+        before it (causal), within the last `window` of them when `windows`."""
+        if not self.mask.causal:
+            return self.s_q * self.s_k
+        window = self.mask.window if windows else None
+        return kept_up_to(self.s_k, window) - kept_up_to(self.s_k - self.s_q, window)
+
+    def params(self) -> int:
+        return 0
+
+    def parameters(self) -> dict[str, int]:
+        return {}
+
+    def inactive_params(self) -> int:
+        return 0
+
+    def matrix_params(self, tp: int = 1) -> int:
+        return 0
+
+    def forward(self) -> dict[str, int]:
+        return {self.component + "/scores": self.b * self.h * matmul(self.s_q, self.d_qk, self.s_k),
+                self.component + "/values": self.b * self.h * matmul(self.s_q, self.s_k, self.d_v)}
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        """Scores and value mixing over the pairs the mask keeps (what a causal or sliding-window kernel such as
+        FlashAttention needs)."""
+        kept = self.pairs(windows)
+        return {self.component + "/scores": self.b * self.h * matmul(kept, self.d_qk, 1),
+                self.component + "/values": self.b * self.h * matmul(kept, 1, self.d_v)}
+
+    def non_matmul(self) -> dict[str, int]:
+        # a sink (gpt-oss) is one more logit in each softmax row
+        return {"attention/softmax": self.b * self.h * self.s_q * (self.s_k + self.sinks) * SOFTMAX_PER_SCORE}
+
+    def names(self) -> list[str]:
+        return [self.component + "/scores", self.component + "/values"]
+
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        """Keys [b, kv heads, tokens, d_qk] and values [b, kv heads, tokens, d_v] of the keys attended to (at most
+        the window: a ring buffer keeps the last `window`), or MLA's latent (cache_width)."""
+        if not self.cached:
+            return {}
+        tokens = self.s_k if self.mask.window is None else min(self.s_k, self.mask.window)
+        return {self.component: self.b * tokens * self.cached_per_token_on(tp)}
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        # cross-attention caches the encoder's tokens, not the decoder's
+        return self.cached_per_token_on(tp) if self.cached and self.mask.causal else 0
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        if not self.s_q:
+            return None
+        kept = self.pairs(windows=True)
+        h, kv_heads = self.h // tp, max(1, self.kv_heads // tp)  # key/value heads copied when tp > Hkv
+        flops = self.b * h * (matmul(kept, self.d_qk, 1) + matmul(kept, 1, self.d_v))
+        keys = self.s_k if self.mask.window is None else min(self.s_k, self.mask.window + self.s_q - 1)
+        moved = (self.b * h * self.s_q * (self.d_qk + self.d_v) * act  # q in, out
+                 + int(self.b * kv_heads * keys * (self.d_qk + self.d_v) * kv))  # every key and value read
+        return flops, moved
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        return None
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        return []
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        q = self.b * self.h * self.s_q * self.d_qk
+        # shared keys and values are kept by the block that made them
+        kv = 0 if self.shares_kv else self.b * self.kv_heads * self.s_k * (self.d_qk + self.d_v)
+        saved = {"qkv": par.part(q * a, par.tp) + par.part(kv * a, par.tp)}
+        if recompute == "none":  # with a sink's column
+            saved["probabilities"] = par.part(self.b * self.h * self.s_q * (self.s_k + self.sinks) * a, par.tp)
+        return saved
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        return None  # batched matmuls of activations: no weights
+
+    def scores(self) -> int:
+        return self.b * self.h * self.s_q * self.s_k
+
+
+class _NoMatmul:
+    """The figures of a record that does no matmul and caches nothing."""
+
+    __slots__ = ()
+
+    def inactive_params(self) -> int:
+        return 0
+
+    def matrix_params(self, tp: int = 1) -> int:
+        return 0
+
+    def forward(self) -> dict[str, int]:
+        return {}
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        return {}
+
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        return {}
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        return 0
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        return None
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        return None
+
+    def scores(self) -> int:
+        return 0
+
 
 @dataclass(frozen=True, slots=True)
-class Table:
-    """A lookup table of `rows` x `dim` parameters (an embedding); a lookup is not a matmul."""
+class Table(_NoMatmul, Record):
+    """A lookup table of `rows` x `dim` parameters (an embedding); a lookup is not a matmul. `tokens`: the tokens
+    a token table looks up in the step (its vocabulary-parallel all-reduce sums their rows)."""
 
     component: str
     rows: int
     dim: int
-    kind: str = "token"  # "token", "position" (learned or relative-bias), "token_type" or "sinks" ([1, H])
+    kind: str = "token"  # "token", "position" (learned or relative-bias), "token_type", "per_layer", "sinks" ([1, H])
+    tokens: int = 0
+    sublayer: str = ""
+
+    @property
+    def role(self) -> str:
+        return self.kind
+
+    def params(self) -> int:
+        return self.rows * self.dim
+
+    def parameters(self) -> dict[str, int]:
+        return {self.component: self.params()}
+
+    def non_matmul(self) -> dict[str, int]:
+        return {}
+
+    def names(self) -> list[str]:
+        return [self.component]
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        return None
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        if self.kind != "token" or not self.tokens:
+            return None
+        size = self.tokens * self.dim * act  # [tokens, D] partial sums
+        return f"{self.component} all-reduce", 2 * (tp - 1) * size // tp, "all-reduce"
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        if self.kind == "sinks":  # one logit per query head: split with the heads
+            return [self.rows * _ceil(self.dim, tp)]
+        return [(_ceil(self.rows, tp) if self.kind == "token" else self.rows) * self.dim]  # vocabulary-parallel
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        return {}  # token ids are inputs; position ids are the stack's (training plan)
 
 
 @dataclass(frozen=True, slots=True)
-class Norm:
+class Norm(_NoMatmul, Record):
     """A norm over `rows` vectors of `width`: LayerNorm has weight and bias [width], RMSNorm a weight.
     `split`: "heads" when its input is the queries or keys, which tensor parallelism splits by heads (q/k norms);
     "" when it is the residual stream (whole on every GPU unless sequence-parallel).
@@ -112,22 +511,84 @@ class Norm:
     split: str = ""
     shares_input: bool = False
     sets: int = 1  # sets of weights: a per-head q/k norm has one per head (each row uses its head's)
+    sublayer: str = ""
 
-    @property
+    role = "norm"
+
     def params(self) -> int:
         return self.sets * self.width * (2 if self.kind == "layernorm" else 1)
 
+    def parameters(self) -> dict[str, int]:
+        return {self.component: self.params()}
+
+    def non_matmul(self) -> dict[str, int]:
+        return {"norms": self.rows * self.width * NORM_PER_ELEMENT[self.kind]}
+
+    def names(self) -> list[str]:
+        return [self.component]
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        rows = _ceil(self.rows, tp) if self.split == "heads" else self.rows  # q/k norms: this GPU's heads
+        return (0, 2 * rows * self.width * act) if self.rows else None
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        if not self.params():  # a norm without weight (Gemma 4's router norm)
+            return []
+        sets = _ceil(self.sets, tp) if self.split == "heads" else self.sets  # per-head weights split with them
+        return [sets * self.width] * (2 if self.kind == "layernorm" else 1)
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        stats = 1 if self.kind == "rmsnorm" else 2  # a layer norm's mean and rstd, an RMS norm's rstd
+        split = par.tp if self.split == "heads" else par.whole  # q/k norms: the heads are split
+        return {"input": 0 if self.shares_input else par.part(self.rows * self.width * a, split),
+                "statistics": par.part(self.rows * stats * STAT_BYTES, split)}
+
 
 @dataclass(frozen=True, slots=True)
-class Elementwise:
+class Elementwise(_NoMatmul, Record):
     """Non-matmul work: `elements` elements at an estimated `flops_each` FLOPs each. `function`: an activation's
-    (gelu, silu, relu, ...): what it keeps for backward differs (relu its output, the others their input)."""
+    (gelu, silu, relu, ...): what it keeps for backward differs (relu its output, the others their input).
+    `multiplies`: tensors the multiply after an activation keeps (a gated MLP's act(gate) * up: 2; a per-layer
+    input's act(gate) * its slice: 1)."""
 
     component: str
     kind: str  # "activation", "gate", "residual", "routing"
     elements: int
     flops_each: int
     function: str = ""
+    multiplies: int = 0
+    sublayer: str = ""
+
+    @property
+    def role(self) -> str:
+        return self.kind
+
+    def params(self) -> int:
+        return 0
+
+    def parameters(self) -> dict[str, int]:
+        return {}
+
+    def non_matmul(self) -> dict[str, int]:
+        return {NON_MATMUL_KIND[self.kind]: self.elements * self.flops_each}
+
+    def names(self) -> list[str]:
+        return []
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        elements = _ceil(self.elements, tp) if self.kind == "activation" else self.elements  # the split MLP width
+        return (0, 2 * elements * act) if self.elements else None
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        return []
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        if self.kind != "activation":
+            return {}
+        # the activation keeps its input (relu: its output, which the next op keeps anyway), and the multiply
+        # after it what it multiplies
+        kept = (0 if self.function == "relu" else 1) + self.multiplies
+        return {"mlp": par.part(self.elements * a * kept, par.tp)} if kept else {}
 
 
 Op = Matmul | AttentionCore | Table | Norm | Elementwise

@@ -176,7 +176,7 @@ def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
         train_step=result_flops.train_step,
     )
     return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved()), published,
-                       folds.non_matmul(inv), estimates.crossover(spec, fwd), inv)
+                       folds.non_matmul(inv), estimates.crossover(spec, inv), inv)
 
 
 __all__ = ["count", "CountResult", "Workload", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown", "Estimate", "Crossover"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..arch import Workload, build
+from ..arch import Inventory, Workload, build
+from ..arch.inventory import family
 from ..spec import ModelSpec
 from .breakdown import Breakdown
-from .folds import forward as forward_flops
 
 
 @dataclass(frozen=True)
@@ -81,17 +81,13 @@ class Crossover:
         }
 
 
-def _families(forward: Breakdown) -> tuple[int, int, int]:
-    """(attention projections, attention scores + values, MLP and experts) of a forward breakdown."""
-    def family(name: str) -> str:
-        parts = name.split("/")
-        if "attention" in parts or "cross_attention" in parts:
-            return "quadratic" if parts[-1] in ("scores", "values") else "linear"
-        return "mlp" if "mlp" in parts or "moe" in parts else "other"
-
+def _families(inv: Inventory) -> tuple[int, int, int]:
+    """(attention projections, attention scores + values, MLP and experts) of an inventory's forward FLOPs, by the
+    sublayer that made each record (an attention core's are the scores and values)."""
     sums = {"linear": 0, "quadratic": 0, "mlp": 0, "other": 0}
-    for name, value in forward.items():
-        sums[family(name)] += value
+    for op, repeat in inv:
+        kind = family(op)
+        sums["linear" if kind in ("attention", "cross_attention") else kind] += repeat * sum(op.forward().values())
     return sums["linear"], sums["quadratic"], sums["mlp"]
 
 
@@ -113,20 +109,20 @@ def _coefficients(spec: ModelSpec) -> tuple[int, int, int]:
 def _measure(spec: ModelSpec) -> tuple[int, int, int]:
     def at(n: int) -> tuple[int, int, int]:
         workload = Workload(seq_len=n, src_len=n if spec.is_encoder_decoder else None)
-        return _families(forward_flops(build(spec, workload)))
+        return _families(build(spec, workload))
 
     (lin1, quad1, m), (lin2, quad2, m2) = at(1), at(2)
     assert lin2 == 2 * lin1 and quad2 == 4 * quad1 and m2 == 2 * m, "attention is a N + b N^2, the MLP m N"
     return lin1, quad1, m
 
 
-def crossover(spec: ModelSpec, forward: Breakdown) -> Crossover:
+def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
     """Per sequence of N tokens (and, in an encoder-decoder, N source tokens): attention(N) = a N + b N^2 and
     MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
-    sequence at N = 1 and N = 2; the shares are those of `forward`, the workload counted."""
+    sequence at N = 1 and N = 2; the shares are those of `inv`'s forward, the workload counted."""
     a, b, m = _coefficients(spec)
     n_cross = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
-    linear_attention, quadratic, mlp = _families(forward)
+    linear_attention, quadratic, mlp = _families(inv)
     block = linear_attention + quadratic + mlp
     return Crossover(n_cross, float(Fraction(linear_attention + quadratic, block)),
                      float(Fraction(mlp, block)), float(Fraction(quadratic, block)))

@@ -1,4 +1,5 @@
-"""Folds over the op inventory: pure integer functions of its records, one per figure.
+"""Folds over the op inventory: sums over its records, one per figure. Each record answers the figure for itself
+(`tfcalc.arch.ops`); a fold never asks what type a record is, and a record that lacks a figure raises.
 
 Every count tfcalc reports comes from here: parameters (every op's own weights, tied weights once), forward
 FLOPs (2 per multiply-add, attention over every (query, key) pair an eager model computes), the causal and
@@ -8,86 +9,57 @@ windowed figures (only the pairs the mask keeps), and the non-matmul estimate.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
-from ..arch import AttentionCore, Elementwise, Inventory, Matmul, Norm, Table
+from ..arch import Inventory
+from ..arch.ops import NON_MATMUL_KIND, NORM_PER_ELEMENT, SOFTMAX_PER_SCORE, AttentionCore, matmul
 from .breakdown import Breakdown
 
-# Rough FLOPs per element of non-matmul work, stated once (the activation constants live with the builders).
-SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
-# mean/var (or mean square), normalise, affine (a layer norm without bias: no add)
-NORM_PER_ELEMENT = {"layernorm": 8, "layernorm_no_bias": 7, "rmsnorm": 4}
-NON_MATMUL_KIND = {"activation": "activations", "residual": "residual", "routing": "moe/routing"}
+__all__ = ["NON_MATMUL_KIND", "NORM_PER_ELEMENT", "SOFTMAX_PER_SCORE", "forward", "has_window", "inactive_params",
+           "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul", "pairs",
+           "params", "table_params"]
 
 
-def matmul(m: int, k: int, n: int) -> int:
-    """FLOPs of [m, k] @ [k, n]: m * n dot products of length k, 2 FLOPs per multiply-add. The only place
-    that multiplies by 2."""
-    return 2 * m * k * n
+def _sum(parts: Iterable[tuple[dict[str, int], int]]) -> dict[str, int]:
+    """Per-component figures of each record, times its repeat, summed (a key a record gives stays, even at 0)."""
+    c: dict[str, int] = defaultdict(int)
+    for figures, repeat in parts:
+        for name, value in figures.items():
+            c[name] += repeat * value
+    return c
 
 
 def params(inv: Inventory) -> Breakdown:
-    """Trainable parameters per component, summed over layers: what sum(p.numel()) gives."""
-    c: dict[str, int] = defaultdict(int)
-    for op, repeat in inv.parameters():  # shared blocks: once per set of parameters
-        if isinstance(op, Matmul):
-            c[op.component] += repeat * op.weights * op.params_each
-        elif isinstance(op, Table):
-            c[op.component] += repeat * op.rows * op.dim
-        elif isinstance(op, Norm):
-            c[op.component] += repeat * op.params
-    return Breakdown(c)
+    """Trainable parameters per component, summed over layers: what sum(p.numel()) gives. A record with no
+    parameters of its own (an attention core, an activation) adds no row."""
+    return Breakdown(_sum((op.parameters(), repeat) for op, repeat in inv.parameters()))
 
 
 def inactive_params(inv: Inventory) -> int:
     """Parameters one token does not touch: the routed experts it is not sent to."""
-    return sum(repeat * (op.weights - op.active) * op.params_each for op, repeat in inv.parameters()
-               if isinstance(op, Matmul) and op.active is not None)
+    return sum(repeat * op.inactive_params() for op, repeat in inv.parameters())
 
 
 def table_params(inv: Inventory, *kinds: str) -> int:
-    """Parameters of the lookup tables of the given kinds (token, position, token_type)."""
-    return sum(repeat * op.rows * op.dim for op, repeat in inv.parameters()
-               if isinstance(op, Table) and op.kind in kinds)
+    """Parameters of the lookup tables of the given kinds (token, position, token_type, per_layer): a table's role
+    is its kind."""
+    return sum(repeat * op.params() for op, repeat in inv.parameters() if op.role in kinds)
 
 
 def forward(inv: Inventory) -> Breakdown:
     """Forward matmul FLOPs per component, summed over layers, for the inventory's whole workload."""
-    c: dict[str, int] = defaultdict(int)
-    for op, repeat in inv:
-        if isinstance(op, Matmul):
-            c[op.component] += repeat * matmul(op.m, op.k, op.n)
-        elif isinstance(op, AttentionCore):
-            c[op.component + "/scores"] += repeat * op.b * op.h * matmul(op.s_q, op.d_qk, op.s_k)
-            c[op.component + "/values"] += repeat * op.b * op.h * matmul(op.s_q, op.s_k, op.d_v)
-    return Breakdown(c)
-
-
-def _kept_up_to(n: int, window: int | None) -> int:
-    """sum over p = 1..n of min(p, window): the keys kept by queries at positions 0..n-1 under a causal mask."""
-    if window is None or n <= window:
-        return n * (n + 1) // 2
-    return window * (window + 1) // 2 + (n - window) * window
+    return Breakdown(_sum((op.forward(), repeat) for op, repeat in inv))
 
 
 def pairs(core: AttentionCore, windows: bool) -> int:
-    """(query, key) pairs the mask keeps. Query i is at key position (s_k - s_q) + i and sees the keys at or
-    before it (causal), within the last `window` of them when `windows`."""
-    if not core.mask.causal:
-        return core.s_q * core.s_k
-    window = core.mask.window if windows else None
-    return _kept_up_to(core.s_k, window) - _kept_up_to(core.s_k - core.s_q, window)
+    """(query, key) pairs the mask keeps (AttentionCore.pairs)."""
+    return core.pairs(windows)
 
 
 def masked_attention(inv: Inventory, windows: bool) -> Breakdown:
     """Scores and value mixing over the pairs each mask keeps (the work a causal or sliding-window kernel such as
     FlashAttention needs), per component."""
-    c: dict[str, int] = defaultdict(int)
-    for op, repeat in inv:
-        if isinstance(op, AttentionCore):
-            kept = pairs(op, windows)
-            c[op.component + "/scores"] += repeat * op.b * op.h * matmul(kept, op.d_qk, 1)
-            c[op.component + "/values"] += repeat * op.b * op.h * matmul(kept, 1, op.d_v)
-    return Breakdown(c)
+    return Breakdown(_sum((op.masked(windows), repeat) for op, repeat in inv))
 
 
 def kv_cache(inv: Inventory, tp: int = 1) -> Breakdown:
@@ -97,43 +69,29 @@ def kv_cache(inv: Inventory, tp: int = 1) -> Breakdown:
     buffer keeps the last `window` keys). Multi-head latent attention caches its latent and the shared rotary key,
     [b, tokens, kv_lora_rank + qk_rope_dim], as serving engines (vLLM, SGLang) and transformers do. `tp`: on one of
     that many tensor-parallel GPUs (AttentionCore.cached_per_token_on)."""
-    c: dict[str, int] = defaultdict(int)
-    for op, repeat in inv:
-        if isinstance(op, AttentionCore) and op.cached:
-            tokens = op.s_k if op.mask.window is None else min(op.s_k, op.mask.window)
-            c[op.component] += repeat * op.b * tokens * op.cached_per_token_on(tp)  # MLA: its latent (cache_width)
-    return Breakdown(c)
+    return Breakdown(_sum((op.cache(tp), repeat) for op, repeat in inv))
 
 
 def kv_per_token(inv: Inventory, tp: int = 1) -> int:
     """KV-cache elements one more token of one sequence adds: keys and values of every cached self-attention layer
     (a window caps the total, not this figure; cross-attention caches the encoder's tokens, not the decoder's)."""
-    return sum(repeat * op.cached_per_token_on(tp) for op, repeat in inv
-               if isinstance(op, AttentionCore) and op.cached and op.mask.causal)
+    return sum(repeat * op.cache_per_token(tp) for op, repeat in inv)
 
 
 def matmul_weights(inv: Inventory) -> int:
     """Parameters in the weight matrices of linear layers (an untied head's included; a tied head's matrix is the
     token table). The rest are tables, norms and biases."""
-    return sum(repeat * op.weights * op.k * op.n for op, repeat in inv.parameters() if isinstance(op, Matmul))
+    return sum(repeat * op.matrix_params() for op, repeat in inv.parameters())
 
 
 def has_window(inv: Inventory) -> bool:
-    return any(isinstance(op, AttentionCore) and op.mask.window is not None for op, _ in inv)
+    return any(op.windowed for op, _ in inv)
+
+
+NON_MATMUL_ORDER = ["attention/softmax", "norms", "activations", "residual", "bias", "moe/routing"]
 
 
 def non_matmul(inv: Inventory) -> Breakdown:
     """An estimate of the forward FLOPs that are not matmuls (softmax, norms, activations, residuals, biases)."""
-    c: dict[str, int] = defaultdict(int)
-    for op, repeat in inv:
-        if isinstance(op, AttentionCore):
-            # a sink (gpt-oss) is one more logit in each softmax row
-            c["attention/softmax"] += repeat * op.b * op.h * op.s_q * (op.s_k + op.sinks) * SOFTMAX_PER_SCORE
-        elif isinstance(op, Norm):
-            c["norms"] += repeat * op.rows * op.width * NORM_PER_ELEMENT[op.kind]
-        elif isinstance(op, Elementwise):
-            c[NON_MATMUL_KIND[op.kind]] += repeat * op.elements * op.flops_each
-        elif isinstance(op, Matmul) and op.bias and op.weights:
-            c["bias"] += repeat * op.m * op.n
-    order = ["attention/softmax", "norms", "activations", "residual", "bias", "moe/routing"]
-    return Breakdown({k: c[k] for k in order})
+    c = _sum((op.non_matmul(), repeat) for op, repeat in inv)
+    return Breakdown({k: c.get(k, 0) for k in NON_MATMUL_ORDER})

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import ceil
 
-from ..arch import Matmul, Workload, build, validate
+from ..arch import Workload, build, validate
 from ..counts import Breakdown, folds
 from ..errors import TfcalcError
 from ..spec import ModelSpec
@@ -114,14 +114,8 @@ def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
         total = folds.params(inv).total
         matrices = folds.matmul_weights(inv)
     else:
-        from .training import _tensors  # one GPU's share of each tensor, as the training plan splits them
-
-        total = matrices = 0
-        for op, sets in inv.parameters():
-            sizes, _ = _tensors(op, tp, 1, False)
-            total += sets * sum(sizes)
-            if isinstance(op, Matmul) and op.weights:  # [weight, bias] per matrix: the matrices' share
-                matrices += sets * op.weights * sizes[0]
+        total = sum(sets * sum(op.tensors(tp, 1, False)) for op, sets in inv.parameters())  # one GPU's share
+        matrices = sum(sets * op.matrix_params(tp) for op, sets in inv.parameters())
     if dtype not in QUANTIZED:
         return int(total * DTYPE_BYTES[dtype])
     return ceil(matrices * DTYPE_BYTES[dtype]) + (total - matrices) * 2

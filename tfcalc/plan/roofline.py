@@ -33,8 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..arch import AttentionCore, Elementwise, Matmul, Norm, Table, Workload, build, validate
-from ..counts.folds import matmul, pairs
+from ..arch import Workload, build, validate
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 from .gpus import Gpu
@@ -126,64 +125,6 @@ class InferencePlan:
                 "prefill": self.prefill.to_dict(), "decode": self.decode.to_dict()}
 
 
-def _split(n: int, tp: int) -> int:
-    return -(-n // tp)
-
-
-def _op_cost(op, repeat: int, weight_bytes: Fraction, act: int, kv: Fraction, tp: int = 1) -> tuple[int, int] | None:
-    """(FLOPs, bytes) of one op on one of `tp` tensor-parallel GPUs, all its repeats; None for ops that move
-    nothing (tables)."""
-    if isinstance(op, Matmul):
-        if not op.m:
-            return None
-        k, n = op.k, op.n
-        if op.split == "column":
-            n = _split(n, tp)
-        elif op.split == "row":
-            k = _split(k, tp)
-        read = min(op.weights, op.m) if op.active is not None else op.weights  # routed: experts touched
-        weights = int(read * k * n * weight_bytes) if read else k * n * act  # tied head: the table
-        moved = weights + op.m * (k + n) * act
-        return repeat * matmul(op.m, k, n), repeat * moved
-    if isinstance(op, AttentionCore):
-        if not op.s_q:
-            return None
-        kept = pairs(op, windows=True)
-        h, kv_heads = op.h // tp, max(1, op.kv_heads // tp)  # key/value heads copied when tp > Hkv
-        flops = op.b * h * (matmul(kept, op.d_qk, 1) + matmul(kept, 1, op.d_v))
-        keys = op.s_k if op.mask.window is None else min(op.s_k, op.mask.window + op.s_q - 1)
-        moved = (op.b * h * op.s_q * (op.d_qk + op.d_v) * act  # q in, out
-                 + int(op.b * kv_heads * keys * (op.d_qk + op.d_v) * kv))  # every key and value read
-        return repeat * flops, repeat * moved
-    if isinstance(op, Norm):
-        rows = _split(op.rows, tp) if op.split == "heads" else op.rows  # q/k norms: this GPU's heads
-        return (0, repeat * 2 * rows * op.width * act) if op.rows else None
-    if isinstance(op, Elementwise):
-        elements = _split(op.elements, tp) if op.kind == "activation" else op.elements  # the split MLP width
-        return (0, repeat * 2 * elements * act) if op.elements else None
-    return None
-
-
-def _collective(op, repeat: int, workload: Workload, act: int, tp: int) -> tuple[str, int, str] | None:
-    """(component, bytes sent by one GPU, what) of the collective that ends `op` under tensor parallelism:
-    a row-parallel linear's all-reduce, the vocabulary-parallel embedding's all-reduce, the head's all-gather."""
-    if isinstance(op, Matmul) and op.split == "row" and op.m:
-        size = op.m * op.n * act  # [m, n] partial sums
-        return f"{op.component} all-reduce", repeat * (2 * (tp - 1) * size // tp), "all-reduce"
-    if isinstance(op, Matmul) and op.component == "head" and op.m:
-        size = op.m * op.n * act  # the logits, [m, V]
-        return "head all-gather", repeat * ((tp - 1) * size // tp), "all-gather"
-    if isinstance(op, Table) and op.kind == "token":
-        stack = op.component.split("/")[0] if op.component.count("/") > 1 else ""
-        tokens = (workload.tokens if stack != "encoder" else
-                  (0 if workload.phase == "decode" else workload.batch_size * (workload.src_len or 0)))
-        if not stack and workload.src_len and workload.phase != "decode":  # an encoder-decoder's shared table
-            tokens += workload.batch_size * workload.src_len
-        size = tokens * op.dim * act  # [tokens, D] partial sums
-        return (f"{op.component} all-reduce", 2 * (tp - 1) * size // tp, "all-reduce") if tokens else None
-    return None
-
-
 def check_tp(spec: ModelSpec, gpu: Gpu, tp: int) -> None:
     """Refuse a tensor-parallel size the model's heads or the GPU's link cannot take, naming the value."""
     check_heads(spec, tp)
@@ -209,15 +150,15 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
     validate(spec, inv.workload)
     ops = []
     for op, repeat in inv:
-        cost = _op_cost(op, repeat, DTYPE_BYTES[dtype], act, DTYPE_BYTES[kv_dtype], tp)
+        cost = op.cost(DTYPE_BYTES[dtype], act, DTYPE_BYTES[kv_dtype], tp)
         if cost is not None:
-            flops, moved = cost
+            flops, moved = repeat * cost[0], repeat * cost[1]
             compute, memory = flops / peak, moved / bandwidth
             ops.append(OpCost(op.component, repeat, flops, moved, max(compute, memory),
                               "compute" if compute >= memory else "memory"))
-        collective = _collective(op, repeat, inv.workload, act, tp) if tp > 1 else None
+        collective = op.collective(act, tp) if tp > 1 else None
         if collective is not None:
-            component, sent, _ = collective
+            component, sent = collective[0], repeat * collective[1]
             ops.append(OpCost(component, repeat, 0, 0, sent / gpu.link_bytes_per_s, "link", sent))
     return PhaseCost(inv.workload.phase, inv.workload, ops)
 

@@ -37,10 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from ..arch import AttentionCore, Elementwise, Matmul, Norm, Table, Workload, validate
+from ..arch import Group, Workload, validate
 from ..arch.architecture import stacks
-from ..arch.builders import BUILDERS, Ctx, block
-from ..arch.ops import Op
+from ..arch.builders import Ctx
+from ..arch.inventory import stages as inventory_stages
+from ..arch.ops import STAT_BYTES, Op, Parallel
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 
@@ -64,7 +65,6 @@ OPTIMIZERS: dict[str, int] = {"adamw": 2, "sgd": 1, "adam8bit": 2}  # states per
 RECOMPUTE = ("none", "selective", "full")
 ADAM8BIT_BLOCK = 256  # bitsandbytes: one fp32 absmax per 256 values of each state
 ADAM8BIT_MIN_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep 32-bit states
-STAT_BYTES = 4  # a norm's per-row statistics and the loss are fp32
 
 
 def _ceil(a: int, b: int) -> int:
@@ -199,75 +199,10 @@ def _head_counts(spec: ModelSpec) -> list[int]:
 
 def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool]:
     """The parameter tensors one GPU holds of `op` (their sizes) and whether they are routed experts'."""
-    if isinstance(op, Matmul):
-        expert = op.active is not None
-        # a tied head owns no matrix (the token table is counted), unless a later pipeline stage keeps a copy
-        matrices = _ceil(op.weights, ep) if expert else op.weights or int(copy_tied)
-        if op.split == "column":
-            weight, bias = op.k * _ceil(op.n, tp), _ceil(op.n, tp)
-        elif op.split == "row":
-            weight, bias = _ceil(op.k, tp) * op.n, op.n
-        else:
-            weight, bias = op.k * op.n, op.n
-        return ([weight] + ([bias] if op.bias else [])) * matrices, expert
-    if isinstance(op, Table):
-        if op.kind == "sinks":  # one logit per query head: split with the heads
-            return [op.rows * _ceil(op.dim, tp)], False
-        return [(_ceil(op.rows, tp) if op.kind == "token" else op.rows) * op.dim], False
-    if isinstance(op, Norm):  # per-head weights split with the heads
-        if not op.params:  # a norm without weight (Gemma 4's router norm)
-            return [], False
-        sets = _ceil(op.sets, tp) if op.split == "heads" else op.sets
-        return [sets * op.width] * (2 if op.kind == "layernorm" else 1), False
-    return [], False
+    return op.tensors(tp, ep, copy_tied), op.expert
 
 
 # ------------------------------------------------------------------------------------------------ activations
-
-
-def _saved(op: Op, gated: bool, a: int, recompute: str, layout: Layout) -> dict[str, int]:
-    """Bytes `op` keeps for its backward on one GPU, per what (for one microbatch)."""
-    tp, cp, sp = layout.tp, layout.cp, layout.sp and layout.tp > 1
-    whole = tp if sp else 1  # what is replicated across the tensor-parallel GPUs unless sequence-parallel
-
-    def part(n: int, split: int) -> int:
-        return _ceil(n, split * cp)
-
-    if isinstance(op, Norm):
-        stats = 1 if op.kind == "rmsnorm" else 2  # a layer norm's mean and rstd, an RMS norm's rstd
-        split = tp if op.split == "heads" else whole  # q/k norms: the heads are split across the tensor-parallel GPUs
-        return {"input": 0 if op.shares_input else part(op.rows * op.width * a, split),
-                "statistics": part(op.rows * stats * STAT_BYTES, split)}
-    if isinstance(op, Matmul):
-        if op.component.endswith("moe/shared_gate"):  # sigmoid(x W) * shared: the sigmoid's output [T, 1] and the
-            # shared experts' sum [T, D], which the multiply keeps (x is the router's)
-            return {"gate": part((op.m * op.n + op.m * op.k) * a, whole)}
-        if op.shares_input or op.m == 0:
-            return {}
-        split = tp if op.split == "row" else whole
-        saved = {"input": part(op.m * op.k * a, split)}
-        if op.component == "head":  # the loss: the fp32 log-softmax of the logits (vocabulary-parallel), the
-            # loss value and nll_loss's total weight (fp32 scalars)
-            saved["loss"] = part(op.m * op.n * STAT_BYTES, tp) + 2 * STAT_BYTES
-        if op.component == "pooler":  # tanh keeps its output
-            saved["input"] *= 2
-        return saved
-    if isinstance(op, AttentionCore):
-        q = op.b * op.h * op.s_q * op.d_qk
-        kv = 0 if op.shares_kv else op.b * op.kv_heads * op.s_k * (op.d_qk + op.d_v)  # shared: kept by their block
-        saved = {"qkv": part(q * a, tp) + part(kv * a, tp)}
-        if recompute == "none":
-            saved["probabilities"] = part(op.b * op.h * op.s_q * (op.s_k + op.sinks) * a, tp)  # with a sink's column
-        return saved
-    if isinstance(op, Elementwise) and op.kind == "activation":
-        # the activation keeps its input (relu: its output, which the next op keeps anyway); gated, the multiply
-        # keeps act(gate) and the up projection's output; a per-layer input's gate (Gemma 4), act(gate) for its
-        # multiply by the block's slice
-        kept = (0 if op.function == "relu" else 1) + (2 if gated else 0)
-        if op.component.endswith("per_layer/gate"):
-            kept += 1
-        return {"mlp": part(op.elements * a * kept, tp)} if kept else {}
-    return {}
 
 
 def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout, expert_scale: bool = False) -> int:
@@ -283,34 +218,35 @@ def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout, expert_sca
     return _ceil(kept, whole * layout.cp)
 
 
-def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout) -> dict[str, int]:
-    """Per component, the bytes one instance of `ops` keeps for backward (one microbatch)."""
+def _parallel(layout: Layout) -> Parallel:
+    return Parallel(layout.tp, layout.ep, layout.cp, layout.sp)
+
+
+def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout) -> tuple[dict[str, int], int]:
+    """Per component, the bytes one instance of `ops` keeps for backward (one microbatch), and apart from them the
+    encoder output its cross-attentions read (one tensor, kept once however many read it)."""
     out: dict[str, int] = {}
-    gated = False  # a gate beside the up projection since the last activation
-    router = None
-    previous = None
-    expert_scale = any(isinstance(op, Table) and op.component.endswith("moe/expert_scale") for op in ops)
+    par = _parallel(layout)
+    encoder_output = 0
+    router = routing = None
+    expert_scale = any(op.role == "scale" for op in ops)
     for op in ops:
-        # a gate: the projection right after the up projection, on its input (a parallel block's MLP also shares
-        # attention's input, after attention's residual add)
-        gated = gated or isinstance(op, Matmul) and op.shares_input and isinstance(previous, Matmul)
-        previous = op
-        saved = _saved(op, gated, a, recompute, layout)
-        if isinstance(op, Matmul) and op.component.endswith("moe/router"):
+        saved = op.saved(a, recompute, par)
+        if op.role == "router":
             router = op
-        elif router is not None and isinstance(op, Matmul) and op.active is not None:
-            name = router.component[: -len("router")] + "routing"
-            out[name] = out.get(name, 0) + _routing(router, op, a, layout, expert_scale)
+        elif op.role == "routing":
+            routing = op.component
+        elif router is not None and op.expert:
+            out[routing] = out.get(routing, 0) + _routing(router, op, a, layout, expert_scale)
             router = None
-        if isinstance(op, Elementwise) and op.kind == "activation":
-            gated = False
-        if saved:
-            name = op.component
-            out[name] = out.get(name, 0) + sum(saved.values())
+        if op.role == "encoder_kv":
+            encoder_output = sum(saved.values())
+        elif saved:
+            out[op.component] = out.get(op.component, 0) + sum(saved.values())
             if "loss" in saved:
-                out["head"] -= saved["loss"]
+                out[op.component] -= saved["loss"]
                 out["loss"] = out.get("loss", 0) + saved["loss"]
-    return out
+    return out, encoder_output
 
 
 # --------------------------------------------------------------------------------------------------- stages
@@ -359,40 +295,25 @@ def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tupl
 
 
 def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> list[list[_Part]]:
-    """The parts of the model on each pipeline stage: contiguous blocks, split as evenly as can be."""
-    all_stacks = stacks(spec)
-    total = sum(s.n_layers for s in all_stacks)
-    bounds = [i * total // pp for i in range(pp + 1)]
-    parts: list[list[_Part]] = [[] for _ in range(pp)]
-
-    def stage(layer: int) -> int:  # of the model's layer index, by arithmetic
-        s = layer * pp // total
-        while bounds[s + 1] <= layer:
-            s += 1
-        while bounds[s] > layer:
-            s -= 1
-        return s
-
-    top = Ctx(spec, workload, all_stacks[-1])
-    if spec.is_encoder_decoder:
-        parts[0].append(_Part(tuple(BUILDERS["shared_embedding"](top)), 1, False))
-    offset = 0
-    for st in all_stacks:
-        ctx = Ctx(spec, workload, st)
-        extras, rotary = _stack_extras(spec, ctx, recompute)
-        parts[stage(offset)].append(_Part(tuple(BUILDERS["embedding"](ctx)), 1, False, extras))
-        for s in range(pp):
-            lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, st.n_layers)
-            if lo < hi:
-                if rotary is not None:
-                    parts[s].append(_Part((), 1, False, (rotary,)))
-                for layer, repeat in st.distinct(lo, hi).items():
-                    parts[s].append(_Part(tuple(block(Ctx(spec, workload, st, layer))), repeat, True,
-                                          copies=spec.shared_blocks))
-        parts[stage(offset + st.n_layers - 1)].append(_Part(tuple(BUILDERS["final_norm"](ctx)), 1, False))
-        offset += st.n_layers
-    parts[pp - 1].append(_Part(tuple(BUILDERS["head"](top)), 1, False))
-    return parts
+    """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
+    evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
+    stage that holds some of its blocks)."""
+    out: list[list[_Part]] = []
+    for groups in inventory_stages(spec, workload, pp):
+        parts: list[_Part] = []
+        with_rotary: set[str] = set()
+        for g in groups:
+            extras: tuple[tuple[str, int, int], ...] = ()
+            if g.stack is not None:
+                embedding, rotary = _stack_extras(spec, Ctx(spec, workload, g.stack), recompute)
+                if g.kind == "embedding":
+                    extras = embedding
+                elif g.block and rotary is not None and g.stack.name not in with_rotary:
+                    with_rotary.add(g.stack.name)
+                    parts.append(_Part((), 1, False, (rotary,)))
+            parts.append(_Part(g.ops, g.repeat, g.block, extras, g.copies))
+        out.append(parts)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- the plan
@@ -500,21 +421,18 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     for part in parts:
         block_params = 0
         for op in part.ops:
-            copy_tied = last and pp > 1 and isinstance(op, Matmul) and op.component == "head"
+            copy_tied = last and pp > 1 and op.role == "head"
             sizes, is_expert = _tensors(op, layout.tp, layout.ep, copy_tied)
             for n in sizes:
                 weights_numel.append((n, is_expert, part.repeat if part.copies is None else part.copies))
                 largest_tensor = max(largest_tensor, n)
             block_params += sum(sizes)
-        full = _ops_activations(part.ops, a, recompute, layout)
-        # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
-        kv = sum(v for k, v in full.items() if k.endswith("cross_attention/kv"))
-        if kv:
+        full, kv = _ops_activations(part.ops, a, recompute, layout)
+        if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
-            full = {k: v for k, v in full.items() if not k.endswith("cross_attention/kv")}
         if part.block and recompute == "full":
             # the block's input is [T, D], as each residual add's (a block without input norms has no norm of it)
-            first = next(op for op in part.ops if isinstance(op, Elementwise) and op.kind == "residual")
+            first = next(op for op in part.ops if op.role == "residual")
             kept = {"block input": _ceil(first.elements * a, (layout.tp if layout.sp and layout.tp > 1
                                                               else 1) * layout.cp)}
             recompute_extra = max(recompute_extra, sum(full.values()))
@@ -522,8 +440,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             kept = full
             if recompute == "selective" and part.block:
                 recompute_extra = max(recompute_extra, max(
-                    (_ceil(op.b * op.h * op.s_q * op.s_k * a, layout.tp * layout.cp)
-                     for op in part.ops if isinstance(op, AttentionCore)), default=0))
+                    (_ceil(op.scores() * a, layout.tp * layout.cp) for op in part.ops), default=0))
         for k, v in kept.items():
             per_mb[k] = per_mb.get(k, 0) + v * part.repeat
         for what, elements, size in part.extras:
@@ -544,13 +461,12 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     states = _sharded(raw, layout)
     microbatches = pp - index
     activations = sum(per_mb.values()) * microbatches
-    head = next((op for part in parts for op in part.ops if isinstance(op, Matmul) and op.component == "head"),
-                None)
+    head = next((op for part in parts for op in part.ops if op.role == "head"), None)
     loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * (STAT_BYTES + a)
     transient = recompute_extra + loss_grad  # with ZeRO-3, two blocks' gathered weights more (_plan)
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
     # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
-    tied = next((op for part in parts for op in part.ops if isinstance(op, Table) and op.kind == "token"), None)
+    tied = next((op for part in parts for op in part.ops if op.role == "token"), None)
     shared = tied is not None and head is not None and head.weights == 0
     step = max(largest_tensor * 4 if recipe.master else 0,
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from ..arch import Elementwise, build
+from ..arch import build
 from ..counts import count
 from ..spec import ModelSpec
 
@@ -53,8 +53,7 @@ def mlp_width(spec: ModelSpec) -> int:
     """Hidden units per token of the widest block's MLP or experts (the activation elements of the inventory's
     blocks, per token), for the memory estimate."""
     inv = build(spec)
-    widths = [sum(op.elements for op in g.ops if isinstance(op, Elementwise) and op.kind == "activation")
-              for g in inv.groups]
+    widths = [sum(op.elements for op in g.ops if op.role == "activation") for g in inv.groups]
     return max(widths) // inv.workload.tokens
 
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import torch
 
-from ..arch import Matmul, build
+from ..arch import build
 from ..counts import Breakdown, count
 from ..errors import TfcalcError
 from ..reference import build_model, example_inputs
@@ -143,8 +143,8 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
-# Small matmuls beside the main path (router logits, the shared experts' gate, the pooler): timed at the peak
-SIDE_MATMULS = ("moe/router", "moe/shared_gate", "pooler")
+# Small matmuls beside the main path (router logits, the shared experts' gate, the pooler), by role: timed at the peak
+SIDE_ROLES = ("router", "shared_gate", "pooler")
 
 
 def component_shapes(spec: ModelSpec) -> dict[str, list[tuple[Shape, Fraction]]]:
@@ -153,11 +153,11 @@ def component_shapes(spec: ModelSpec) -> dict[str, list[tuple[Shape, Fraction]]]
     run an even share of their rows each (m / E)."""
     flops: dict[str, dict[Shape, int]] = {}
     for op, repeat in build(spec):
-        if not isinstance(op, Matmul) or not op.m or op.component.endswith(SIDE_MATMULS):
+        shape = op.gemm()
+        if shape is None or op.role in SIDE_ROLES:
             continue
-        rows = max(1, op.m // op.weights) if op.weights > 1 else op.m
         by_shape = flops.setdefault(op.component, {})
-        by_shape[(rows, op.k, op.n)] = by_shape.get((rows, op.k, op.n), 0) + repeat * op.m * op.k * op.n
+        by_shape[shape] = by_shape.get(shape, 0) + repeat * sum(op.forward().values())
     return {name: [(shape, Fraction(f, sum(by_shape.values()))) for shape, f in by_shape.items()]
             for name, by_shape in flops.items()}
 

@@ -1,0 +1,72 @@
+"""Op records answer every figure for themselves: a fold is a sum over records, and a record that lacks a figure
+is refused by name (fvcore's unsupported_ops()), never counted as 0."""
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from tfcalc import build, load_preset
+from tfcalc.arch import Group
+from tfcalc.arch.ops import AttentionCore, Elementwise, Matmul, Norm, Parallel, Record, Table, UnsupportedFigure
+from tfcalc.counts import folds
+
+FIGURES = {  # every figure a record answers, with arguments
+    "params": (), "parameters": (), "inactive_params": (), "matrix_params": (), "forward": (), "masked": (True,),
+    "non_matmul": (), "names": (), "cache": (), "cache_per_token": (), "cost": (2, 2, 2, 1), "collective": (2, 2),
+    "tensors": (1, 1, False), "saved": (2, "none", Parallel()), "gemm": (), "scores": (),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Scan(Record):
+    """A record type a new block kind might add, before it defines its figures."""
+
+    component: str = "mixer/scan"
+    role: str = ""
+    sublayer: str = "mixer"
+
+
+def test_every_figure_of_a_record_without_it_is_refused_by_name():
+    for figure, args in FIGURES.items():
+        with pytest.raises(UnsupportedFigure, match=rf"^Scan 'mixer/scan' does not define {figure}: "):
+            getattr(Scan(), figure)(*args)
+
+
+def test_the_record_types_define_every_figure():
+    records = [Matmul("mlp/up", 4, 8, 16), AttentionCore("attention", 1, 2, 4, 4, 8, 8, mask=None),
+               Table("embedding/token", 10, 8), Norm("mlp/norm", "rmsnorm", 4, 8), Elementwise("residual",
+                                                                                             "residual", 32, 1)]
+    for record in records:
+        assert set(FIGURES) <= {name for name in dir(record) if not name.startswith("_")}
+        for figure in FIGURES:  # defined on the type itself, not the raising default
+            assert getattr(type(record), figure) is not getattr(Record, figure), (type(record).__name__, figure)
+
+
+def test_a_fold_over_an_inventory_with_an_unknown_record_raises():
+    inv = build(load_preset("gpt2"))
+    with_scan = replace(inv, groups=(*inv.groups, Group("block (mixer)", 3, (Scan(),))))
+    for fold, args in [(folds.params, ()), (folds.forward, ()), (folds.masked_attention, (False,)),
+                       (folds.non_matmul, ()), (folds.kv_cache, ()), (folds.kv_per_token, ()),
+                       (folds.matmul_weights, ()), (folds.inactive_params, ())]:
+        with pytest.raises(UnsupportedFigure, match="Scan 'mixer/scan' does not define"):
+            fold(with_scan, *args)
+
+
+def test_roles_not_names():
+    # what the plans ask of a record is its role: the head's loss, the router's routing, the encoder's output
+    inv = build(load_preset("mixtral-8x7b"))
+    roles = {op.component: op.role for op, _ in inv}
+    assert roles["head"] == "head" and roles["moe/router"] == "router" and roles["moe/routing"] == "routing"
+    assert {op.component for op, _ in inv if op.expert} == {"moe/experts"}
+    t5 = build(load_preset("t5-small"))
+    assert [op.component for op, _ in t5 if op.role == "encoder_kv"] == ["decoder/cross_attention/kv"]
+    bert = build(load_preset("bert-base"))
+    assert [op.component for op, _ in bert if op.role == "pooler"] == ["pooler"]
+
+
+def test_every_record_knows_the_sublayer_that_made_it():
+    inv = build(load_preset("gpt2"))
+    assert {(g.kind, op.sublayer) for g in inv.groups for op in g.ops} == {
+        ("embedding", "embedding"), ("block", "attention"), ("block", "mlp"), ("final_norm", "final_norm"),
+        ("head", "head")}
+    assert inv.families()["attention/scores"] == "attention" and inv.families()["mlp/up"] == "mlp"
