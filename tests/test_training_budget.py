@@ -49,6 +49,23 @@ def test_selective_recompute_adds_the_attention_cores_only():
     assert selective.hardware_flops - plain.hardware_flops == f["attention/scores"] + f["attention/values"]
 
 
+@pytest.mark.parametrize("preset", ["albert-base-v2", "gemma4-e2b"])
+def test_full_recompute_runs_the_blocks_again_not_the_embedding_projections(preset):
+    # Full recomputation runs every block's forward again in backward; the embeddings run once, their projections
+    # too (ALBERT's E -> D embedding_hidden_mapping_in, Gemma 4's per-layer-input projection), and so do the
+    # pooler and the head. Hardware FLOPs = 3 x forward + the blocks' forward, per sequence of N tokens.
+    spec = load_preset(preset).replace(seq_len=512, batch_size=1)
+    plain, full = training_budget(spec, 512), training_budget(spec, 512, recompute="full")
+    f = count(spec).flops.components
+    N, D = 512, spec.d_model
+    if preset == "albert-base-v2":  # x [N, E] @ W [E, D], E = 128, D = 768
+        outside = {"embedding/projection": 2 * N * 128 * D, "pooler": 2 * 1 * D * D}
+    else:  # x [N, D] @ W [D, L * P]: Gemma 4 E2B's 35 blocks of 256-wide per-layer inputs; the head over N tokens
+        outside = {"embedding/per_layer_projection": 2 * N * D * 35 * 256, "head": 2 * N * D * spec.vocab_size}
+    assert {k: f[k] for k in outside} == outside
+    assert full.hardware_flops - plain.hardware_flops == sum(f.values()) - sum(outside.values())
+
+
 def test_time_gpu_hours_cost_and_mfu_round_trip():
     spec = load_preset("llama3-8b")
     h100 = lookup("h100-sxm").peak_flops["bf16"]

@@ -135,12 +135,12 @@ def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fra
     """(model FLOPs, model FLOPs with causal attention, hardware FLOPs) per token of a train step of one sequence,
     and the active parameters: read off one count."""
     r = count(spec, Workload(seq_len=spec.seq_len, src_len=spec.seq_len if spec.is_encoder_decoder else None))
-    forward, tokens = r.flops.components, r.flops.tokens
+    tokens = r.flops.tokens
     model, model_causal = 3 * r.flops.forward, 3 * r.flops.forward_causal
-    if recompute == "full":  # every block's forward again; not the embeddings, not the head
-        again = sum(v for k, v in forward.items() if k != "head" and k != "pooler")
+    if recompute == "full":  # every block's forward again; not the embeddings (their projections included), the head
+        again = sum(g.repeat * sum(op.forward().values()) for g in r.inventory.groups if g.block for op in g.ops)
     elif recompute == "selective":  # the attention cores (scores and values) again
-        again = sum(v for k, v in forward.items() if k.endswith(("/scores", "/values")))
+        again = sum(repeat * sum(op.forward().values()) for op, repeat in r.inventory if op.role == "attention")
     else:
         again = 0
     return Fraction(model, tokens), Fraction(model_causal, tokens), Fraction(model + again, tokens), r.params.active
