@@ -11,7 +11,7 @@ from tfcalc import load_preset
 from tfcalc.arch import Workload
 from tfcalc.errors import TfcalcError
 from tfcalc.reference import build_model
-from tfcalc.reference.model import AttentionCore, LayerNorm, RMSNorm
+from tfcalc.reference.layers import AttentionCore, LayerNorm, RMSNorm
 from tfcalc.verify.memory import measure_training_memory, saved_for_backward
 
 B, N = 2, 16

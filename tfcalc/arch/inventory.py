@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 from .architecture import Stack, stacks
-from .builders import FAMILIES, Ctx, block, run
+from .builders import KINDS, Ctx, block, run
 from .ops import Op
 from .workload import Workload
 
@@ -63,7 +63,7 @@ class Inventory:
     def families(self) -> dict[str, str]:
         """Each component's builder family ("attention", "cross_attention", "mlp" or "other"; an attention core's
         scores and values are its sublayer's)."""
-        return {name: FAMILIES.get(op.sublayer, "other") for op, _ in self for name in op.names()}
+        return {name: _family(op) for op, _ in self for name in op.names()}
 
     def components(self) -> list[str]:
         """Component names in model order (an attention core gives `.../scores` and `.../values`)."""
@@ -76,7 +76,12 @@ class Inventory:
 def family(op: Op) -> str:
     """The kind of work a record does: "quadratic" for an attention core's scores and values, else its builder's
     family ("attention", "cross_attention", "mlp", "other")."""
-    return "quadratic" if op.role == "attention" else FAMILIES.get(op.sublayer, "other")
+    return "quadratic" if op.role == "attention" else _family(op)
+
+
+def _family(op: Op) -> str:
+    kind = KINDS.get(op.sublayer)
+    return "other" if kind is None else kind.family
 
 
 def default_workload(spec: ModelSpec) -> Workload:
@@ -159,3 +164,6 @@ def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
         offset += stack.n_layers
     out[pp - 1].append(Group("head", 1, tuple(run("head", top)), kind="head"))
     return out
+
+
+from .. import blocks  # noqa: E402,F401  (registers the block kinds)

@@ -11,7 +11,6 @@ from fractions import Fraction
 from ..arch import Inventory, Workload, build
 from ..arch.inventory import family
 from ..spec import ModelSpec
-from .breakdown import Breakdown
 
 
 @dataclass(frozen=True)

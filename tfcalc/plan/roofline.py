@@ -31,7 +31,6 @@ Conventions, stated once (a roofline is a bound, not a measurement):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from ..arch import Workload, build, validate
 from ..errors import TfcalcError

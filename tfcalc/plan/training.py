@@ -37,11 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from ..arch import Group, Workload, validate
+from ..arch import Workload, validate
 from ..arch.architecture import stacks
 from ..arch.builders import Ctx
 from ..arch.inventory import stages as inventory_stages
-from ..arch.ops import STAT_BYTES, Op, Parallel
+from ..arch.ops import STAT_BYTES, Matmul, Op, Parallel
 from ..errors import TfcalcError
 from ..spec import ModelSpec
 

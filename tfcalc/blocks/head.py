@@ -1,0 +1,33 @@
+"""The model's frame after the blocks: each stack's final norm, and once for the model the pooler and the
+vocabulary projection (the head). Their torch modules are the reference model's frame
+(`tfcalc.reference.model.StackModule`, `Transformer`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..arch.builders import BlockKind, Ctx, norm, register
+from ..arch.ops import Matmul, Op
+
+
+def final_norm(ctx: Ctx) -> list[Op]:
+    ctx = replace(ctx, final=True)  # over the scored positions after KV-sharing blocks in a prefill
+    return [norm(ctx, "final_norm", ctx.t)] if ctx.spec.final_norm else []
+
+
+def head(ctx: Ctx) -> list[Op]:
+    """Once for the model, after the last stack: the pooler and the vocabulary projection."""
+    spec, D, b = ctx.spec, ctx.spec.d_model, ctx.b
+    ops: list[Op] = []
+    if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, D]
+        ops.append(Matmul("pooler", b, D, D, bias=True, role="pooler"))
+    if spec.lm_head:
+        # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
+        ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
+                          weights=0 if spec.tie_embeddings else 1, bias=spec.head_bias, split="column",
+                          role="head"))
+    return ops
+
+
+register(BlockKind("final_norm", final_norm, in_block=False, components=((r"final_norm", "final_norm"),)))
+register(BlockKind("head", head, in_block=False, components=((r"(pooler|head)", r"\1"),)))

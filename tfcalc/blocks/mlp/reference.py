@@ -1,0 +1,39 @@
+"""The `mlp` kind's torch module (also one expert of `moe`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...reference.layers import ACTIVATIONS
+from ...spec import ModelSpec
+
+
+class MLP(nn.Module):
+    """The `mlp` builder (and one expert of `moe`)."""
+
+    def __init__(self, spec: ModelSpec, d_hidden: int):
+        super().__init__()
+        bias = spec.has_mlp_bias
+        self.up = nn.Linear(spec.d_model, d_hidden, bias=bias)
+        self.gate = nn.Linear(spec.d_model, d_hidden, bias=bias) if spec.mlp == "gated" else None
+        self.down = nn.Linear(d_hidden, spec.d_model, bias=bias)
+        self.act = ACTIVATIONS[spec.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.up(x)) if self.gate is None else self.act(self.gate(x)) * self.up(x)
+        return self.down(h)
+
+
+
+def attach(block: nn.Module, site) -> None:
+    spec, layer = site.spec, site.layer  # twice as wide in a KV-sharing block (use_double_wide_mlp)
+    block.mlp = MLP(spec, spec.kv_shared_d_ff if layer.kv_shared and spec.kv_shared_d_ff else spec.d_ff)
+
+
+def call(block: nn.Module, h: torch.Tensor, env) -> torch.Tensor:
+    return block.mlp(h)
+
+
+def forward(block: nn.Module, x: torch.Tensor, env) -> torch.Tensor:
+    return block.normed("mlp", block.mlp, x)
