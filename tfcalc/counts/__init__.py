@@ -158,7 +158,7 @@ def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
     p = folds.params(inv)
     active = p.total - folds.inactive_params(inv)
     # Kaplan's "vocabulary and positional embeddings": the input tables and an untied unembedding
-    embedding = folds.table_params(inv, "token", "position", "token_type", "per_layer") + p.get("head", 0)
+    embedding = folds.role_params(inv, "token", "position", "token_type", "per_layer", "head")
     fwd = folds.forward(inv)
     causal = folds.masked_attention(inv, windows=False)
     forward_causal = fwd.total - sum(fwd[k] - causal[k] for k in causal)
@@ -171,7 +171,7 @@ def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
     published = estimates.published(
         spec, inv.workload,
         n_non_embedding=active - embedding,
-        n_without_positions=active - folds.table_params(inv, "position"),
+        n_without_positions=active - folds.role_params(inv, "position"),
         forward=result_flops.forward,
         train_step=result_flops.train_step,
     )

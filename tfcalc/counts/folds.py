@@ -17,7 +17,7 @@ from .breakdown import Breakdown
 
 __all__ = ["NON_MATMUL_KIND", "NORM_PER_ELEMENT", "SOFTMAX_PER_SCORE", "forward", "has_window", "inactive_params",
            "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul", "pairs",
-           "params", "table_params"]
+           "params", "role_params"]
 
 
 def _sum(parts: Iterable[tuple[dict[str, int], int]]) -> dict[str, int]:
@@ -40,10 +40,10 @@ def inactive_params(inv: Inventory) -> int:
     return sum(repeat * op.inactive_params() for op, repeat in inv.parameters())
 
 
-def table_params(inv: Inventory, *kinds: str) -> int:
-    """Parameters of the lookup tables of the given kinds (token, position, token_type, per_layer): a table's role
-    is its kind."""
-    return sum(repeat * op.params() for op, repeat in inv.parameters() if op.role in kinds)
+def role_params(inv: Inventory, *roles: str) -> int:
+    """Parameters of the records with the given roles: a table's role is its kind (token, position, token_type,
+    per_layer), a matmul's what it is for (head, pooler, router, ...)."""
+    return sum(repeat * op.params() for op, repeat in inv.parameters() if op.role in roles)
 
 
 def forward(inv: Inventory) -> Breakdown:
