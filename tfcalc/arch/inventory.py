@@ -76,7 +76,7 @@ class Inventory:
 def family(op: Op) -> str:
     """The kind of work a record does: "quadratic" for an attention core's scores and values, else its builder's
     family ("attention", "cross_attention", "mlp", "other")."""
-    return "quadratic" if op.role == "attention" else _family(op)
+    return "quadratic" if op.role == "core" else _family(op)
 
 
 def _family(op: Op) -> str:

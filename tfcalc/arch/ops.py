@@ -15,8 +15,8 @@ over records; it never asks what type a record is. A record type that does not d
 
 A record's `role` says what it is for, so that no consumer tests a component's name: a matmul's is "" (a plain
 projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate) or "encoder_kv" (the
-keys and values of cross-attention, read off the encoder's output); a table's is its kind; an elementwise op's its
-kind. `sublayer` is the builder that made it ("attention", "mlp", "moe", "embedding", "head", ...), set when the
+keys and values of cross-attention, read off the encoder's output); an attention core's "core"; a norm's "norm";
+a table's is its kind; an elementwise op's its kind. `sublayer` is the block kind that made it ("attention", "mlp", "moe", "embedding", "head", ...), set when the
 inventory composes a block.
 """
 
@@ -314,7 +314,7 @@ class AttentionCore(Record):
     shares_kv: bool = False
     sublayer: str = ""
 
-    role = "attention"
+    role = "core"  # the scores and value mixing (recomputed under selective recomputation)
 
     @property  # type: ignore[misc]
     def windowed(self) -> bool:

@@ -140,7 +140,7 @@ def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fra
     if recompute == "full":  # every block's forward again; not the embeddings (their projections included), the head
         again = sum(g.repeat * sum(op.forward().values()) for g in r.inventory.groups if g.block for op in g.ops)
     elif recompute == "selective":  # the attention cores (scores and values) again
-        again = sum(repeat * sum(op.forward().values()) for op, repeat in r.inventory if op.role == "attention")
+        again = sum(repeat * sum(op.forward().values()) for op, repeat in r.inventory if op.role == "core")
     else:
         again = 0
     return Fraction(model, tokens), Fraction(model_causal, tokens), Fraction(model + again, tokens), r.params.active
