@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, find_preset, load_preset
 from tfcalc.families import bloom, mpt
+from tfcalc.families.registry import family
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
@@ -48,9 +49,9 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
 
 
 def test_defaults_are_transformers_defaults():
-    for module, config_class in ((bloom, transformers.BloomConfig), (mpt, transformers.MptConfig)):
-        for key, value in module.DEFAULTS.items():
-            assert getattr(config_class, key) == value, (module.__name__, key)
+    for model_type, config_class in (("bloom", transformers.BloomConfig), ("mpt", transformers.MptConfig)):
+        for key, value in family(model_type).defaults.items():
+            assert getattr(config_class, key) == value, (model_type, key)
     attention = transformers.MptConfig().attn_config
     for key, value in mpt.ATTN_DEFAULTS.items():
         assert getattr(attention, key) == value, key

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, load_preset
-from tfcalc.families.gemma4 import DEFAULTS, GLOBAL_HEAD_DIM
+from tfcalc.families.gemma4 import GLOBAL_HEAD_DIM
+from tfcalc.families.registry import family
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
@@ -61,7 +62,7 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int, **forward) -> in
 
 
 def test_defaults_are_transformers_defaults():
-    for key, value in DEFAULTS.items():
+    for key, value in family("gemma4_text").defaults.items():
         assert getattr(transformers.Gemma4TextConfig, key) == value, key
     # global_head_dim is popped from the kwargs, not declared: its default is the global blocks' head_dim
     config = transformers.Gemma4TextConfig(num_hidden_layers=6)

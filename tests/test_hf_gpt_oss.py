@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, load_preset
-from tfcalc.families.gpt_oss import DEFAULTS
+from tfcalc.families.registry import family
 from tfcalc.hf import read_hf_config
 from tfcalc.spec import ModelSpec
 from tfcalc.verify import hf_model
@@ -48,7 +48,7 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
 
 
 def test_defaults_are_transformers_defaults():
-    for key, value in DEFAULTS.items():
+    for key, value in family("gpt_oss").defaults.items():
         assert getattr(transformers.GptOssConfig, key) == value, key
 
 

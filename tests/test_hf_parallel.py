@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, load_preset
-from tfcalc.families import cohere, falcon, gpt_neox, gptj, phi
+from tfcalc.families.registry import family
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
@@ -22,7 +22,6 @@ CLASSES = {"gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "phi": "
            "falcon": "FalconForCausalLM", "cohere": "CohereForCausalLM"}
 CONFIGS = {"gpt_neox": "GPTNeoXConfig", "gptj": "GPTJConfig", "phi": "PhiConfig", "falcon": "FalconConfig",
            "cohere": "CohereConfig"}
-MODULES = {"gpt_neox": gpt_neox, "gptj": gptj, "phi": phi, "falcon": falcon, "cohere": cohere}
 TOKENS = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)  # inside the small vocabularies
 
 
@@ -60,7 +59,7 @@ def eager_forward_flops(config: dict, batch: int, seq_len: int) -> int:
 @pytest.mark.parametrize("model_type", CLASSES)
 def test_defaults_are_transformers_defaults(model_type):
     config_class = getattr(transformers, CONFIGS[model_type])
-    for key, value in MODULES[model_type].DEFAULTS.items():
+    for key, value in family(model_type).defaults.items():
         assert getattr(config_class, key) == value, (model_type, key)
 
 

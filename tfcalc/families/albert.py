@@ -6,7 +6,8 @@ AlbertModel has a pooler and no head (the masked-LM and sentence-order heads are
 
 from __future__ import annotations
 
-from ..hf import _activation, _refuse_if, register
+from ..hf import activation_of, refuse_if
+from .registry import Family, register
 
 DEFAULTS = dict(vocab_size=30000, embedding_size=128, hidden_size=4096, num_hidden_layers=12, num_hidden_groups=1,
                 num_attention_heads=64, intermediate_size=16384, inner_group_num=1, hidden_act="gelu_new",
@@ -35,19 +36,19 @@ COMPONENTS = [
 
 def albert(cfg: dict, notes: list[str]) -> dict:
     layers, groups = cfg["num_hidden_layers"], cfg["num_hidden_groups"]
-    _refuse_if(cfg, "inner_group_num", cfg["inner_group_num"] != 1, "tfcalc models one block per parameter set "
-               "(inner_group_num=1, as every published ALBERT); more runs several distinct blocks per layer")
-    _refuse_if(cfg, "num_hidden_groups", groups > layers, f"more than num_hidden_layers={layers}: transformers "
-               "builds groups no block runs")
+    refuse_if(cfg, "inner_group_num", cfg["inner_group_num"] != 1, "tfcalc models one block per parameter set "
+              "(inner_group_num=1, as every published ALBERT); more runs several distinct blocks per layer")
+    refuse_if(cfg, "num_hidden_groups", groups > layers, f"more than num_hidden_layers={layers}: transformers "
+              "builds groups no block runs")
     positions = cfg["max_position_embeddings"]
     if groups < layers:
         notes.append(f"num_hidden_groups={groups}: the {layers} blocks share {groups} set(s) of parameters "
                      "(counted once each); FLOPs are per block")
     return dict(n_layers=layers, d_model=cfg["hidden_size"], n_heads=cfg["num_attention_heads"],
                 d_ff=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], max_positions=positions,
-                activation=_activation(cfg, "hidden_act"), n_token_types=cfg["type_vocab_size"],
+                activation=activation_of(cfg, "hidden_act"), n_token_types=cfg["type_vocab_size"],
                 embedding_norm=True, norm_position="post", final_norm=False, pooler=True, causal=False,
                 lm_head=False, d_embedding=cfg["embedding_size"], shared_blocks=groups, context=positions)
 
 
-register("albert", DEFAULTS, TYPES, albert, COMPONENTS)
+register(Family("albert", DEFAULTS, TYPES, albert, COMPONENTS))

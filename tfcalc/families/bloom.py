@@ -9,14 +9,15 @@ length (ALiBi extrapolates): the default seq_len is 2048, BLOOM's training lengt
 
 from __future__ import annotations
 
-from ..hf import _unalias, register, show
+from ..hf import show
+from .registry import Family, register
 
 DEFAULTS = dict(vocab_size=250880, hidden_size=64, n_layer=2, n_head=8, apply_residual_connection_post_layernorm=False,
                 pretraining_tp=1, slow_but_exact=False, tie_word_embeddings=True)
 ALIASES = dict(num_hidden_layers="n_layer", num_attention_heads="n_head", n_embed="hidden_size")
 TYPES = dict(vocab_size="size", hidden_size="size", n_layer="size", n_head="size",
              apply_residual_connection_post_layernorm="bool", pretraining_tp="int", slow_but_exact="bool",
-             tie_word_embeddings="bool") | dict.fromkeys(ALIASES, "size")
+             tie_word_embeddings="bool")  # and the aliases, of the kinds of the fields they set
 TRAINING_LENGTH = 2048  # BLOOM's sequence length in training; the config does not say it
 
 _LAYER = r"transformer\.h\.\d+\."
@@ -36,7 +37,6 @@ COMPONENTS = [
 
 
 def bloom(cfg: dict, notes: list[str]) -> dict:
-    cfg = _unalias(cfg, ALIASES, notes)
     if cfg["apply_residual_connection_post_layernorm"] is True:
         notes.append("apply_residual_connection_post_layernorm=true: the residual is the normed input (which tensor "
                      "is added: no parameters, no matmul)")
@@ -52,4 +52,4 @@ def bloom(cfg: dict, notes: list[str]) -> dict:
                 tie_embeddings=cfg["tie_word_embeddings"], context=TRAINING_LENGTH)
 
 
-register("bloom", DEFAULTS, TYPES, bloom, COMPONENTS)
+register(Family("bloom", DEFAULTS, TYPES, bloom, COMPONENTS, aliases=ALIASES))

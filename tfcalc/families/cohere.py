@@ -16,7 +16,8 @@ the token ids.
 
 from __future__ import annotations
 
-from ..hf import _decoder, _refuse_if, register, show
+from ..hf import decoder_fields, refuse_if, show
+from .registry import Family, register
 
 MODEL_TYPE = "cohere"
 
@@ -48,19 +49,19 @@ COMPONENTS = [
 
 
 def cohere(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "logit_scale", cfg["logit_scale"] is None, "CohereForCausalLM multiplies the logits by it (it "
-               "fails with null)")
+    refuse_if(cfg, "logit_scale", cfg["logit_scale"] is None, "CohereForCausalLM multiplies the logits by it (it "
+              "fails with null)")
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim", D // H)
-    _refuse_if(cfg, "head_dim" if "head_dim" in cfg else "hidden_size", head_dim % 2 == 1,
-               f"an odd head ({head_dim} channels): transformers' rotary tables are {head_dim + 1} wide and fail to "
-               "broadcast")
-    fields = _decoder(cfg, notes) | dict(d_head=head_dim, norm="layernorm_no_bias", parallel_block="one_norm",
-                                         bias=cfg["attention_bias"], mlp_bias=False,
-                                         qk_norm="per_head" if cfg["use_qk_norm"] is True else "none")
+    refuse_if(cfg, "head_dim" if "head_dim" in cfg else "hidden_size", head_dim % 2 == 1,
+              f"an odd head ({head_dim} channels): transformers' rotary tables are {head_dim + 1} wide and fail to "
+              "broadcast")
+    fields = decoder_fields(cfg, notes) | dict(d_head=head_dim, norm="layernorm_no_bias", parallel_block="one_norm",
+                                               bias=cfg["attention_bias"], mlp_bias=False,
+                                               qk_norm="per_head" if cfg["use_qk_norm"] is True else "none")
     if cfg["logit_scale"] != 1.0:
         notes.append(f"logit_scale={show(cfg['logit_scale'])}: the logits are scaled, elementwise (not counted)")
     return fields
 
 
-register(MODEL_TYPE, DEFAULTS, TYPES, cohere, components=COMPONENTS)
+register(Family(MODEL_TYPE, DEFAULTS, TYPES, cohere, COMPONENTS))

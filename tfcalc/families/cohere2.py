@@ -14,8 +14,9 @@ rope_parameters (frequencies), layer_norm_eps, attention_dropout, the token ids.
 
 from __future__ import annotations
 
-from ..hf import _decoder, _refuse_if, _window, layer_kinds, register, shortest_cycle
-from .cohere import COMPONENTS as _COHERE_COMPONENTS
+from ..hf import decoder_fields, layer_kinds, refuse_if, set_window, shortest_cycle
+from .cohere import COMPONENTS as COHERE_COMPONENTS
+from .registry import Family, register
 
 DEFAULTS = dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
                 num_attention_heads=64, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=8192,
@@ -28,8 +29,6 @@ TYPES = dict(vocab_size="size", hidden_size="size", intermediate_size="size", nu
              max_position_embeddings="size", tie_word_embeddings="bool", rope_parameters="object?",
              rope_scaling="object?", attention_bias="bool", sliding_window="int?", layer_types="strings?",
              head_dim="size", sliding_window_pattern="size")
-
-COMPONENTS = _COHERE_COMPONENTS  # Cohere's module names: one input norm, no post-attention norm
 
 
 def cohere2(cfg: dict, notes: list[str]) -> dict:
@@ -44,19 +43,20 @@ def cohere2(cfg: dict, notes: list[str]) -> dict:
         pattern = ["global" if (i + 1) % every == 0 else "local" for i in range(every)]
     local = "local" in (pattern if len(pattern) <= L else pattern[:L])
     window = cfg.get("sliding_window")
-    _refuse_if(cfg, "sliding_window", local and (window is None or window < 1),
-               "sliding_attention blocks need a window of 1 or more: transformers builds their mask from it")
+    refuse_if(cfg, "sliding_window", local and (window is None or window < 1),
+              "sliding_attention blocks need a window of 1 or more: transformers builds their mask from it")
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim", D // H)
-    _refuse_if(cfg, "head_dim" if "head_dim" in cfg else "hidden_size", head_dim % 2 == 1 and local,
-               f"an odd head ({head_dim} channels): transformers' rotary tables (in the sliding_attention blocks) are "
-               f"{head_dim + 1} wide and fail to broadcast")
-    fields = _decoder(cfg, notes) | dict(d_head=head_dim, norm="layernorm_no_bias", parallel_block="one_norm",
-                                         bias=cfg["attention_bias"], mlp_bias=False)
-    _window(cfg, fields, notes, pattern)
+    refuse_if(cfg, "head_dim" if "head_dim" in cfg else "hidden_size", head_dim % 2 == 1 and local,
+              f"an odd head ({head_dim} channels): transformers' rotary tables (in the sliding_attention blocks) are "
+              f"{head_dim + 1} wide and fail to broadcast")
+    fields = decoder_fields(cfg, notes) | dict(d_head=head_dim, norm="layernorm_no_bias", parallel_block="one_norm",
+                                               bias=cfg["attention_bias"], mlp_bias=False)
+    set_window(cfg, fields, notes, pattern)
     if "global" in pattern[:L]:
         notes.append("full_attention blocks have no rotary positions (no parameters, no matmul)")
     return fields
 
 
-register("cohere2", DEFAULTS, TYPES, cohere2, COMPONENTS)
+# Cohere's module names: one input norm, no post-attention norm
+register(Family("cohere2", DEFAULTS, TYPES, cohere2, COHERE_COMPONENTS))

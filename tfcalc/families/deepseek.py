@@ -23,7 +23,8 @@ on the hub) is not in transformers' DeepseekV3ForCausalLM: not counted.
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, _decoder, _refuse_if, _unalias, register, show
+from ..hf import DECODER_TYPES, decoder_fields, refuse_if, show
+from .registry import Family, register
 
 _COMMON_DEFAULTS = dict(hidden_act="silu", tie_word_embeddings=False, attention_bias=False, kv_lora_rank=512,
                         q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
@@ -37,7 +38,7 @@ V3_DEFAULTS = _COMMON_DEFAULTS | dict(
     num_attention_heads=128, num_key_value_heads=128, n_shared_experts=1, n_routed_experts=256, n_group=8,
     topk_group=4, num_experts_per_tok=8, first_k_dense_replace=3, max_position_embeddings=4096)
 
-_COMMON_TYPES = _DECODER_TYPES | dict(
+_COMMON_TYPES = DECODER_TYPES | dict(
     attention_bias="bool", kv_lora_rank="size", q_lora_rank="size?", qk_rope_head_dim="size",
     qk_nope_head_dim="size", n_routed_experts="int", n_shared_experts="count",
     moe_intermediate_size="size", num_experts_per_tok="size?", n_group="int?",
@@ -76,47 +77,47 @@ COMPONENTS = [
 def _deepseek(cfg: dict, notes: list[str], version: int) -> dict:
     heads = cfg["num_attention_heads"]
     kv_heads = cfg["num_key_value_heads"]
-    _refuse_if(cfg, "num_key_value_heads", kv_heads is not None and kv_heads != heads,
-               f"multi-head latent attention expands a key and a value for each of num_attention_heads={heads} "
-               "heads; transformers would repeat them num_attention_heads / num_key_value_heads times and fail")
-    _refuse_if(cfg, "moe_layer_freq", cfg.get("moe_layer_freq", 1) != 1,
-               "transformers ignores it (every block from first_k_dense_replace on is MoE), DeepSeek's own code "
-               "makes only every moe_layer_freq-th block MoE: the two differ")
+    refuse_if(cfg, "num_key_value_heads", kv_heads is not None and kv_heads != heads,
+              f"multi-head latent attention expands a key and a value for each of num_attention_heads={heads} "
+              "heads; transformers would repeat them num_attention_heads / num_key_value_heads times and fail")
+    refuse_if(cfg, "moe_layer_freq", cfg.get("moe_layer_freq", 1) != 1,
+              "transformers ignores it (every block from first_k_dense_replace on is MoE), DeepSeek's own code "
+              "makes only every moe_layer_freq-th block MoE: the two differ")
     experts = cfg["n_routed_experts"]
-    _refuse_if(cfg, "n_routed_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
-               "builds a router even for 1 expert, which a dense MLP has not")
+    refuse_if(cfg, "n_routed_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
+              "builds a router even for 1 expert, which a dense MLP has not")
     top_k = cfg["num_experts_per_tok"]
-    _refuse_if(cfg, "num_experts_per_tok", top_k is None, "transformers' router needs a number of experts per token")
-    _refuse_if(cfg, "v_head_dim", cfg["v_head_dim"] is None, "transformers' attention needs a value head width")
+    refuse_if(cfg, "num_experts_per_tok", top_k is None, "transformers' router needs a number of experts per token")
+    refuse_if(cfg, "v_head_dim", cfg["v_head_dim"] is None, "transformers' attention needs a value head width")
     dense = cfg["first_k_dense_replace"]
-    _refuse_if(cfg, "first_k_dense_replace", dense is None or dense < 0,
-               "expected the number of dense blocks before the MoE blocks (an integer >= 0)")
+    refuse_if(cfg, "first_k_dense_replace", dense is None or dense < 0,
+              "expected the number of dense blocks before the MoE blocks (an integer >= 0)")
     groups, topk_group = cfg["n_group"], cfg["topk_group"]
     grouped = version == 3 or cfg["topk_method"] == "group_limited_greedy"
     if version == 2:
         method = cfg["topk_method"]
-        _refuse_if(cfg, "topk_method", method not in ("greedy", "group_limited_greedy"),
-                   "transformers' DeepseekV2 router knows greedy and group_limited_greedy")
-        _refuse_if(cfg, "mlp_bias", cfg["mlp_bias"] is True,
-                   "transformers then biases the dense and shared MLPs but not the routed experts; tfcalc's "
-                   "mlp_bias is one switch for all of them")
-        _refuse_if(cfg, "hidden_size", cfg["hidden_size"] % heads != 0,
-                   f"transformers' DeepseekV2Config refuses a hidden_size not divisible by num_attention_heads={heads}")
+        refuse_if(cfg, "topk_method", method not in ("greedy", "group_limited_greedy"),
+                  "transformers' DeepseekV2 router knows greedy and group_limited_greedy")
+        refuse_if(cfg, "mlp_bias", cfg["mlp_bias"] is True,
+                  "transformers then biases the dense and shared MLPs but not the routed experts; tfcalc's "
+                  "mlp_bias is one switch for all of them")
+        refuse_if(cfg, "hidden_size", cfg["hidden_size"] % heads != 0,
+                  f"transformers' DeepseekV2Config refuses a hidden_size not divisible by num_attention_heads={heads}")
     if grouped:  # the router views the scores as [tokens, n_group, n_routed_experts / n_group]
-        _refuse_if(cfg, "n_group", not isinstance(groups, int) or groups < 1 or experts % groups != 0,
-                   f"the group-limited router needs n_group dividing n_routed_experts={experts}")
+        refuse_if(cfg, "n_group", not isinstance(groups, int) or groups < 1 or experts % groups != 0,
+                  f"the group-limited router needs n_group dividing n_routed_experts={experts}")
         per_group = experts // groups
-        _refuse_if(cfg, "n_group", version == 3 and per_group < 2,
-                   "DeepSeek-V3's router scores each group by its top 2 experts: at least 2 experts per group")
-        _refuse_if(cfg, "topk_group", not isinstance(topk_group, int) or not 1 <= topk_group <= groups,
-                   f"the group-limited router keeps topk_group of the n_group={groups} groups")
-        _refuse_if(cfg, "num_experts_per_tok", top_k > topk_group * per_group,
-                   f"more than the topk_group * n_routed_experts / n_group = {topk_group * per_group} experts the "
-                   "kept groups hold")
-    _refuse_if(cfg, "attention_bias", cfg["attention_bias"] is True and cfg["q_lora_rank"] is None,
-               "with q_lora_rank null transformers' q_proj has no bias while kv_a_proj_with_mqa and o_proj have one; "
-               "tfcalc's qkv_bias is one switch for q and kv_a")
-    fields = _decoder({k: v for k, v in cfg.items() if k != "head_dim"}, notes)
+        refuse_if(cfg, "n_group", version == 3 and per_group < 2,
+                  "DeepSeek-V3's router scores each group by its top 2 experts: at least 2 experts per group")
+        refuse_if(cfg, "topk_group", not isinstance(topk_group, int) or not 1 <= topk_group <= groups,
+                  f"the group-limited router keeps topk_group of the n_group={groups} groups")
+        refuse_if(cfg, "num_experts_per_tok", top_k > topk_group * per_group,
+                  f"more than the topk_group * n_routed_experts / n_group = {topk_group * per_group} experts the "
+                  "kept groups hold")
+    refuse_if(cfg, "attention_bias", cfg["attention_bias"] is True and cfg["q_lora_rank"] is None,
+              "with q_lora_rank null transformers' q_proj has no bias while kv_a_proj_with_mqa and o_proj have one; "
+              "tfcalc's qkv_bias is one switch for q and kv_a")
+    fields = decoder_fields({k: v for k, v in cfg.items() if k != "head_dim"}, notes)
     fields.pop("n_kv_heads")
     L = fields["n_layers"]
     shared = cfg["n_shared_experts"]
@@ -148,12 +149,15 @@ def _deepseek(cfg: dict, notes: list[str], version: int) -> dict:
 
 
 def deepseek_v2(cfg: dict, notes: list[str]) -> dict:
-    return _deepseek(_unalias(cfg, {"num_experts": "n_routed_experts"}, notes), notes, 2)
+    return _deepseek(cfg, notes, 2)
 
 
 def deepseek_v3(cfg: dict, notes: list[str]) -> dict:
-    return _deepseek(_unalias(cfg, {"num_local_experts": "n_routed_experts"}, notes), notes, 3)
+    return _deepseek(cfg, notes, 3)
 
 
-register("deepseek_v2", V2_DEFAULTS, V2_TYPES, deepseek_v2, COMPONENTS)
-register("deepseek_v3", V3_DEFAULTS, V3_TYPES, deepseek_v3, COMPONENTS)
+# the config classes' attribute_map: DeepseekV2Config names n_routed_experts num_experts, V3 num_local_experts
+register(Family("deepseek_v2", V2_DEFAULTS, V2_TYPES, deepseek_v2, COMPONENTS,
+                aliases={"num_experts": "n_routed_experts"}),
+         Family("deepseek_v3", V3_DEFAULTS, V3_TYPES, deepseek_v3, COMPONENTS,
+                aliases={"num_local_experts": "n_routed_experts"}))

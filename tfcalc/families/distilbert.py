@@ -6,14 +6,15 @@ which hold the same parameters (a lookup has no matmul)."""
 
 from __future__ import annotations
 
-from ..hf import _activation, _unalias, register
+from ..hf import activation_of
+from .registry import Family, register
 
 DEFAULTS = dict(vocab_size=30522, max_position_embeddings=512, sinusoidal_pos_embds=False, n_layers=6, n_heads=12,
                 dim=768, hidden_dim=4 * 768, activation="gelu")
 # DistilBertConfig's attribute_map: these common names set the field they stand for, over that field's own value
 ALIASES = dict(hidden_size="dim", num_attention_heads="n_heads", num_hidden_layers="n_layers")
 TYPES = dict(vocab_size="size", max_position_embeddings="size", sinusoidal_pos_embds="bool", n_layers="size",
-             n_heads="size", dim="size", hidden_dim="size", activation="str") | dict.fromkeys(ALIASES, "size")
+             n_heads="size", dim="size", hidden_dim="size", activation="str")  # and the aliases
 
 _LAYER = r"transformer\.layer\.\d+\."
 COMPONENTS = [
@@ -31,15 +32,14 @@ COMPONENTS = [
 
 
 def distilbert(cfg: dict, notes: list[str]) -> dict:
-    cfg = _unalias(cfg, ALIASES, notes)
     positions = cfg["max_position_embeddings"]
     if cfg["sinusoidal_pos_embds"] is True:
         notes.append("sinusoidal_pos_embds=true: the fixed table is still an nn.Embedding parameter of "
                      "max_position_embeddings x dim (in sum(numel)); counted as learned positions of that size")
     return dict(n_layers=cfg["n_layers"], d_model=cfg["dim"], n_heads=cfg["n_heads"], d_ff=cfg["hidden_dim"],
-                vocab_size=cfg["vocab_size"], max_positions=positions, activation=_activation(cfg, "activation"),
+                vocab_size=cfg["vocab_size"], max_positions=positions, activation=activation_of(cfg, "activation"),
                 n_token_types=0, embedding_norm=True, norm_position="post", final_norm=False, pooler=False,
                 causal=False, lm_head=False, context=positions)
 
 
-register("distilbert", DEFAULTS, TYPES, distilbert, COMPONENTS)
+register(Family("distilbert", DEFAULTS, TYPES, distilbert, COMPONENTS, aliases=ALIASES))

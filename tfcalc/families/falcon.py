@@ -22,7 +22,8 @@ before caching them (its cache holds num_attention_heads heads); tfcalc's KV cac
 
 from __future__ import annotations
 
-from ..hf import _activation, _refuse_if, register
+from ..hf import activation_of, refuse_if
+from .registry import Family, register
 
 MODEL_TYPE = "falcon"
 
@@ -56,32 +57,32 @@ def falcon(cfg: dict, notes: list[str]) -> dict:
     if cfg.get("n_embed") is not None:
         notes.append(f"n_embed={cfg['n_embed']} read as hidden_size (FalconConfig sets hidden_size from it)")
     H = cfg["num_attention_heads"]
-    _refuse_if(cfg, "hidden_size", D % H != 0, f"hidden size {D} not divisible by num_attention_heads={H} "
-               "(FalconAttention refuses it)")
-    _refuse_if(cfg, "hidden_size", cfg["alibi"] is not True and (D // H) % 2 == 1,
-               f"an odd head ({D // H} channels) with rotary: transformers' rotary tables are {D // H + 1} wide and "
-               "fail to broadcast")
+    refuse_if(cfg, "hidden_size", D % H != 0, f"hidden size {D} not divisible by num_attention_heads={H} "
+              "(FalconAttention refuses it)")
+    refuse_if(cfg, "hidden_size", cfg["alibi"] is not True and (D // H) % 2 == 1,
+              f"an odd head ({D // H} channels) with rotary: transformers' rotary tables are {D // H + 1} wide and "
+              "fail to broadcast")
     new, parallel = cfg["new_decoder_architecture"] is True, cfg["parallel_attn"] is True
     given_kv, lns = cfg["num_kv_heads"], cfg["num_ln_in_parallel_attn"]
     if new:
-        _refuse_if(cfg, "parallel_attn", not parallel, "with new_decoder_architecture=true transformers' block reads "
-                   "norms it has not built (it runs attention and the MLP side by side only)")
-        _refuse_if(cfg, "num_ln_in_parallel_attn", lns not in (None, 1, 2), "with new_decoder_architecture=true "
-                   "transformers' block has 1 or 2 norms (null: 2) and fails otherwise")
+        refuse_if(cfg, "parallel_attn", not parallel, "with new_decoder_architecture=true transformers' block reads "
+                  "norms it has not built (it runs attention and the MLP side by side only)")
+        refuse_if(cfg, "num_ln_in_parallel_attn", lns not in (None, 1, 2), "with new_decoder_architecture=true "
+                  "transformers' block has 1 or 2 norms (null: 2) and fails otherwise")
         kv = given_kv if given_kv is not None else H
         block = "one_norm" if lns == 1 else "two_norms"
     else:
         multi_query = cfg["multi_query"] is True
-        _refuse_if(cfg, "num_kv_heads", not multi_query and given_kv not in (None, H),
-                   f"with multi_query and new_decoder_architecture false transformers builds num_attention_heads={H} "
-                   "key/value heads and fails to reshape them into num_kv_heads")
-        _refuse_if(cfg, "num_ln_in_parallel_attn", parallel and lns == 2, "with new_decoder_architecture false "
-                   "transformers builds ln_attn and ln_mlp but its block reads input_layernorm (it fails)")
+        refuse_if(cfg, "num_kv_heads", not multi_query and given_kv not in (None, H),
+                  f"with multi_query and new_decoder_architecture false transformers builds num_attention_heads={H} "
+                  "key/value heads and fails to reshape them into num_kv_heads")
+        refuse_if(cfg, "num_ln_in_parallel_attn", parallel and lns == 2, "with new_decoder_architecture false "
+                  "transformers builds ln_attn and ln_mlp but its block reads input_layernorm (it fails)")
         kv = 1 if multi_query else H
         block = "one_norm" if parallel else "none"
     fields = dict(n_layers=cfg["num_hidden_layers"], d_model=D, n_heads=H, n_kv_heads=kv,
                   d_ff=cfg["ffn_hidden_size"] if cfg["ffn_hidden_size"] is not None else 4 * D,
-                  vocab_size=cfg["vocab_size"], mlp="standard", activation=_activation(cfg, "activation"),
+                  vocab_size=cfg["vocab_size"], mlp="standard", activation=activation_of(cfg, "activation"),
                   norm="layernorm", norm_position="pre", parallel_block=block,
                   positions="alibi" if cfg["alibi"] is True else "rotary", bias=cfg["bias"] is True,
                   tie_embeddings=cfg["tie_word_embeddings"], context=cfg["max_position_embeddings"])
@@ -91,4 +92,4 @@ def falcon(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-register(MODEL_TYPE, DEFAULTS, TYPES, falcon, components=COMPONENTS)
+register(Family(MODEL_TYPE, DEFAULTS, TYPES, falcon, COMPONENTS))

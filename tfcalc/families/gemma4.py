@@ -18,8 +18,10 @@ a MoE block without its sizes, use_bidirectional_attention='all'. All four publi
 
 from __future__ import annotations
 
-from ..hf import (_DECODER_TYPES, GEMMA2_COMPONENTS, PATTERN_LIMIT, _activation, _decoder, _refuse_if, _window,
-                  layer_kinds, register, shortest_cycle)
+from ..hf import (DECODER_TYPES, PATTERN_LIMIT, activation_of, decoder_fields, layer_kinds, refuse_if, set_window,
+                  shortest_cycle)
+from .gemma import GEMMA2_COMPONENTS
+from .registry import Family, register
 
 # Gemma4TextConfig declares use_bidirectional_attention as Literal["all", "vision"] | None: the kind "all|vision?"
 
@@ -32,14 +34,14 @@ DEFAULTS = dict(vocab_size=262_144, hidden_size=2304, intermediate_size=9216, nu
                 top_k_experts=None, moe_intermediate_size=None, vocab_size_per_layer_input=262_144)
 # global_head_dim and num_global_key_value_heads are not declared by Gemma4TextConfig: its __post_init__ pops them
 # from its kwargs (global_head_dim default 512) into per_layer_config, which a saved config carries instead
-TYPES = _DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
-                              attention_bias="bool", sliding_window="int", layer_types="strings?",
-                              final_logit_softcapping="float?", use_bidirectional_attention="all|vision?",
-                              hidden_size_per_layer_input="count", attention_k_eq_v="bool",
-                              num_kv_shared_layers="count", enable_moe_block="bool", use_double_wide_mlp="bool",
-                              global_head_dim="size", num_global_key_value_heads="size?",
-                              per_layer_config="object?", num_experts="size?", top_k_experts="size?",
-                              moe_intermediate_size="size?", vocab_size_per_layer_input="size")
+TYPES = DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
+                             attention_bias="bool", sliding_window="int", layer_types="strings?",
+                             final_logit_softcapping="float?", use_bidirectional_attention="all|vision?",
+                             hidden_size_per_layer_input="count", attention_k_eq_v="bool",
+                             num_kv_shared_layers="count", enable_moe_block="bool", use_double_wide_mlp="bool",
+                             global_head_dim="size", num_global_key_value_heads="size?",
+                             per_layer_config="object?", num_experts="size?", top_k_experts="size?",
+                             moe_intermediate_size="size?", vocab_size_per_layer_input="size")
 GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig.__post_init__'s default
 
 COMPONENTS = [  # the LLaMA layout's module names with Gemma 2/3's sandwich norms, and the MoE beside the MLP
@@ -70,9 +72,9 @@ def _layer_kinds(cfg: dict, L: int, notes: list[str]) -> list[str]:
                          "Gemma4TextConfig forces it")
         kinds = layer_kinds(cfg, L)
     else:
-        _refuse_if(cfg, "num_hidden_layers", L % 6 != 0 and L > PATTERN_LIMIT,
-                   f"with the default layer_types (every sixth block global, the last block global), tfcalc writes "
-                   f"the blocks' attention per block, for at most {PATTERN_LIMIT:,} blocks")
+        refuse_if(cfg, "num_hidden_layers", L % 6 != 0 and L > PATTERN_LIMIT,
+                  f"with the default layer_types (every sixth block global, the last block global), tfcalc writes "
+                  f"the blocks' attention per block, for at most {PATTERN_LIMIT:,} blocks")
         if L % 6 == 0:
             return ["local"] * 5 + ["global"]
         kinds = ["global" if (i + 1) % 6 == 0 else "local" for i in range(L)]
@@ -117,7 +119,7 @@ def _global_overrides(cfg: dict, kinds: list[str], L: int, notes: list[str]) -> 
                                     and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
                                             for x in v.values()) for v in blocks.values())
     values = [blocks[i] for i in sorted(blocks)] if ok else []
-    _refuse_if(cfg, "per_layer_config", not ok or bool(blocks and (not is_globals or any(
+    refuse_if(cfg, "per_layer_config", not ok or bool(blocks and (not is_globals or any(
         v != values[0] for v in values))), "per-block overrides other than one {head_dim, num_key_value_heads} "
                "for exactly the full_attention blocks (tfcalc gives the global blocks one shape, the local blocks "
                "another)")
@@ -146,11 +148,11 @@ def _kv_sharing(cfg: dict, fields: dict, kinds: list[str], notes: list[str]) -> 
         if cfg["use_double_wide_mlp"] is True:
             notes.append("use_double_wide_mlp=true not read: it widens only KV-shared blocks, and there are none")
         return
-    _refuse_if(cfg, "num_kv_shared_layers", S >= L, f"at least one of the num_hidden_layers={L} blocks computes "
-               "the keys and values the shared ones reuse")
-    _refuse_if(cfg, "num_kv_shared_layers", _kinds_in(kinds, 0, L - S) != set(kinds),
-               "a layer type among the KV-shared blocks (or among all blocks) with no block of that type before "
-               "them (transformers refuses it too)")
+    refuse_if(cfg, "num_kv_shared_layers", S >= L, f"at least one of the num_hidden_layers={L} blocks computes "
+              "the keys and values the shared ones reuse")
+    refuse_if(cfg, "num_kv_shared_layers", _kinds_in(kinds, 0, L - S) != set(kinds),
+              "a layer type among the KV-shared blocks (or among all blocks) with no block of that type before "
+              "them (transformers refuses it too)")
     fields["kv_shared_layers"] = S
     if cfg["use_double_wide_mlp"] is True:
         fields["kv_shared_d_ff"] = 2 * fields["d_ff"]
@@ -161,28 +163,28 @@ def _kv_sharing(cfg: dict, fields: dict, kinds: list[str], notes: list[str]) -> 
 
 def gemma4_text(cfg: dict, notes: list[str]) -> dict:
     mode = cfg.get("use_bidirectional_attention")
-    _refuse_if(cfg, "use_bidirectional_attention", mode == "all",
-               "bidirectional attention, with a two-sided window; tfcalc's windows are causal")
+    refuse_if(cfg, "use_bidirectional_attention", mode == "all",
+              "bidirectional attention, with a two-sided window; tfcalc's windows are causal")
     if mode == "vision":
         notes.append("use_bidirectional_attention='vision': text tokens attend causally (only image tokens both "
                      "ways); no parameters")
-    activation = _activation(cfg, "hidden_activation")
-    fields = _decoder(cfg | {"hidden_act": cfg["hidden_activation"]}, notes)
+    activation = activation_of(cfg, "hidden_activation")
+    fields = decoder_fields(cfg | {"hidden_act": cfg["hidden_activation"]}, notes)
     fields |= dict(activation=activation, bias=cfg["attention_bias"], mlp_bias=False, norm_position="sandwich",
                    qk_norm="head")
     kinds = _layer_kinds(cfg, fields["n_layers"], notes)
     global_dim, global_kv = _global_overrides(cfg, kinds, fields["n_layers"], notes)
     fields["global_d_head"] = global_dim  # said even when it is head_dim: the config gives both
     if global_kv is not None and global_kv != fields["n_kv_heads"]:
-        _refuse_if(cfg, "num_global_key_value_heads", fields["n_heads"] % global_kv != 0,
-                   f"global key/value heads that do not divide num_attention_heads={fields['n_heads']}")
+        refuse_if(cfg, "num_global_key_value_heads", fields["n_heads"] % global_kv != 0,
+                  f"global key/value heads that do not divide num_attention_heads={fields['n_heads']}")
         fields["global_n_kv_heads"] = global_kv
     if cfg["enable_moe_block"] is True:  # the experts beside the dense MLP in every block
         for field in ("num_experts", "top_k_experts", "moe_intermediate_size"):
-            _refuse_if(cfg, field, cfg[field] is None, "enable_moe_block=true needs it (transformers fails without)")
-        _refuse_if(cfg, "num_experts", cfg["num_experts"] < 2, "tfcalc models a mixture of 2 or more experts")
-        _refuse_if(cfg, "top_k_experts", cfg["top_k_experts"] > cfg["num_experts"],
-                   f"more than num_experts={cfg['num_experts']} experts per token")
+            refuse_if(cfg, field, cfg[field] is None, "enable_moe_block=true needs it (transformers fails without)")
+        refuse_if(cfg, "num_experts", cfg["num_experts"] < 2, "tfcalc models a mixture of 2 or more experts")
+        refuse_if(cfg, "top_k_experts", cfg["top_k_experts"] > cfg["num_experts"],
+                  f"more than num_experts={cfg['num_experts']} experts per token")
         fields |= dict(n_experts=cfg["num_experts"], top_k=cfg["top_k_experts"],
                        d_expert=cfg["moe_intermediate_size"], moe_beside_mlp=True)
     else:
@@ -194,9 +196,9 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
     if cfg["attention_k_eq_v"] is True:
         fields["global_k_eq_v"] = True
         notes.append("attention_k_eq_v=true: the global blocks have no v_proj (their values are k_proj's output)")
-    _refuse_if(cfg, "sliding_window", cfg["sliding_window"] < 1 and "local" in kinds,
-               "sliding_attention blocks need a window of 1 or more")
-    _window(cfg, fields, notes, shortest_cycle(kinds))
+    refuse_if(cfg, "sliding_window", cfg["sliding_window"] < 1 and "local" in kinds,
+              "sliding_attention blocks need a window of 1 or more")
+    set_window(cfg, fields, notes, shortest_cycle(kinds))
     notes.append("value norm (RMSNorm without weight on each value head), attention scaling 1.0, layer_scalar and "
                  "the embedding scale: elementwise, no parameters (not counted)")
     if cfg.get("final_logit_softcapping") is not None:
@@ -205,4 +207,6 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-register("gemma4_text", DEFAULTS, TYPES, gemma4_text, COMPONENTS)
+register(Family("gemma4_text", DEFAULTS, TYPES, gemma4_text, COMPONENTS),
+         # the multimodal config: its language model is read from text_config; the other towers are not counted
+         Family("gemma4", nested=("gemma4_text", "text_config")))

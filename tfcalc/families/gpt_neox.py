@@ -14,7 +14,8 @@ Not read, because they change no shape and no matmul: rotary_emb_base / rope_the
 
 from __future__ import annotations
 
-from ..hf import _activation, _refuse_if, _Unmodelled, register, show
+from ..hf import Unmodelled, activation_of, refuse_if, show
+from .registry import Family, register
 
 MODEL_TYPE = "gpt_neox"
 
@@ -61,8 +62,8 @@ def partial_factor(cfg: dict, fallback_key: str | None, fallback: float) -> tupl
     else:
         return f"{fallback_key or 'partial_rotary_factor'} (default)", fallback
     if type(value) not in (int, float) or not 0 <= value <= 1:
-        raise _Unmodelled(f"{where}={show(value)} is not modelled: expected a number from 0 to 1 (the share of each "
-                          "head's channels that rotary turns)")
+        raise Unmodelled(f"{where}={show(value)} is not modelled: expected a number from 0 to 1 (the share of each "
+                         "head's channels that rotary turns)")
     return where, value
 
 
@@ -72,8 +73,8 @@ def rotary_channels(head_dim: int, factor: float, head_field: str) -> int:
     try:
         return int(head_dim * factor)
     except OverflowError:
-        raise _Unmodelled(f"{head_field}={show(head_dim)} is not modelled: transformers' rotary width "
-                          "int(head_dim * partial_rotary_factor) overflows a float") from None
+        raise Unmodelled(f"{head_field}={show(head_dim)} is not modelled: transformers' rotary width "
+                         "int(head_dim * partial_rotary_factor) overflows a float") from None
 
 
 def partial_rotary(cfg: dict, fields: dict, notes: list[str], head_dim: int, factor: float, where: str,
@@ -83,8 +84,8 @@ def partial_rotary(cfg: dict, fields: dict, notes: list[str], head_dim: int, fac
     dim = rotary_channels(head_dim, factor, head_field)
     rotated = dim + dim % 2
     if rotated > head_dim:
-        raise _Unmodelled(f"{where}={show(factor)} is not modelled: its tables turn {rotated} channels, more than a "
-                          f"head's {head_dim} (transformers' rotary fails)")
+        raise Unmodelled(f"{where}={show(factor)} is not modelled: its tables turn {rotated} channels, more than a "
+                         f"head's {head_dim} (transformers' rotary fails)")
     if rotated == 0:
         fields["positions"] = "none"
         notes.append(f"{where}={show(factor)}: no channel of a {head_dim}-channel head is rotated (positions none)")
@@ -95,22 +96,22 @@ def partial_rotary(cfg: dict, fields: dict, notes: list[str], head_dim: int, fac
 
 def gpt_neox(cfg: dict, notes: list[str]) -> dict:
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
-    _refuse_if(cfg, "hidden_size", D % H != 0, f"not divisible by num_attention_heads={H} (GPTNeoXConfig refuses "
-               "it)")
-    _refuse_if(cfg, "rotary_pct", "rotary_pct" in cfg and cfg["rotary_pct"] is None,
-               "transformers' rotary then multiplies by None")
+    refuse_if(cfg, "hidden_size", D % H != 0, f"not divisible by num_attention_heads={H} (GPTNeoXConfig refuses "
+              "it)")
+    refuse_if(cfg, "rotary_pct", "rotary_pct" in cfg and cfg["rotary_pct"] is None,
+              "transformers' rotary then multiplies by None")
     fields = dict(n_layers=cfg["num_hidden_layers"], d_model=D, n_heads=H, d_ff=cfg["intermediate_size"],
-                  vocab_size=cfg["vocab_size"], mlp="standard", activation=_activation(cfg, "hidden_act"),
+                  vocab_size=cfg["vocab_size"], mlp="standard", activation=activation_of(cfg, "hidden_act"),
                   norm="layernorm", norm_position="pre", positions="rotary", bias=cfg["attention_bias"],
                   mlp_bias=True, tie_embeddings=cfg["tie_word_embeddings"],
                   parallel_block="two_norms" if cfg["use_parallel_residual"] is True else "none",
                   context=cfg["max_position_embeddings"])
-    _refuse_if(cfg, "head_dim", cfg.get("head_dim") not in (None, D // H), f"GPTNeoXAttention's heads are "
-               f"hidden_size // num_attention_heads = {D // H} wide, and transformers' rotary tables would be sized "
-               "from head_dim")
+    refuse_if(cfg, "head_dim", cfg.get("head_dim") not in (None, D // H), f"GPTNeoXAttention's heads are "
+              f"hidden_size // num_attention_heads = {D // H} wide, and transformers' rotary tables would be sized "
+              "from head_dim")
     where, factor = partial_factor(cfg, "rotary_pct", 0.25)
     partial_rotary(cfg, fields, notes, D // H, factor, where)
     return fields
 
 
-register(MODEL_TYPE, DEFAULTS, TYPES, gpt_neox, components=COMPONENTS)
+register(Family(MODEL_TYPE, DEFAULTS, TYPES, gpt_neox, COMPONENTS))

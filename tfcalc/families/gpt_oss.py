@@ -15,7 +15,8 @@ parameters (GptOssConfig's default: yarn, factor 32 over 4096 positions) change 
 
 from __future__ import annotations
 
-from ..hf import _refuse_if, _unalias, _window, layer_kinds, register, shortest_cycle
+from ..hf import layer_kinds, refuse_if, set_window, shortest_cycle
+from .registry import Family, register
 
 MODEL_TYPE = "gpt_oss"
 
@@ -52,27 +53,26 @@ COMPONENTS = [
 
 def gpt_oss(cfg: dict, notes: list[str]) -> dict:
     """GptOssConfig's fields -> ModelSpec fields; what transformers would build differently is refused by name."""
-    cfg = _unalias(cfg, ALIASES, notes)
     L, experts, k = cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]
-    _refuse_if(cfg, "num_local_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
-               "builds a router even for 1 expert, which a dense MLP has not")
-    _refuse_if(cfg, "num_experts_per_tok", k > experts,
-               f"more than num_local_experts={experts}: transformers' top-k of the router's logits fails")
+    refuse_if(cfg, "num_local_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
+              "builds a router even for 1 expert, which a dense MLP has not")
+    refuse_if(cfg, "num_experts_per_tok", k > experts,
+              f"more than num_local_experts={experts}: transformers' top-k of the router's logits fails")
     types = cfg["layer_types"]
     if types is None:  # GptOssConfig.__post_init__: block i sliding when i is even (block 0 always is)
         pattern = ["local", "global"]
     else:
         pattern = shortest_cycle(layer_kinds(cfg, L))
     window = cfg["sliding_window"]
-    _refuse_if(cfg, "sliding_window", "local" in pattern and (window is None or window < 1),
-               "sliding_attention blocks need a window of 1 or more tokens (transformers' cache fails without one)")
+    refuse_if(cfg, "sliding_window", "local" in pattern and (window is None or window < 1),
+              "sliding_attention blocks need a window of 1 or more tokens (transformers' cache fails without one)")
     fields = dict(n_layers=L, d_model=cfg["hidden_size"], n_heads=cfg["num_attention_heads"],
                   n_kv_heads=cfg["num_key_value_heads"], d_head=cfg["head_dim"], d_ff=cfg["intermediate_size"],
                   vocab_size=cfg["vocab_size"], mlp="gated", activation="silu", norm="rmsnorm", positions="rotary",
                   bias=cfg["attention_bias"], mlp_bias=True, attention_sinks=True, n_experts=experts, top_k=k,
                   router_bias=True, tie_embeddings=cfg["tie_word_embeddings"],  # d_expert: d_ff, every block MoE
                   context=cfg["max_position_embeddings"])
-    _window(cfg, fields, notes, pattern)
+    set_window(cfg, fields, notes, pattern)
     notes.append("experts: gpt-oss's clamped SwiGLU (gate * sigmoid(1.702 gate) * (up + 1)) counted as the gated "
                  "silu (elementwise: no parameters, no matmul)")
     rope = [key for key in ("rope_parameters", "rope_scaling") if cfg.get(key) not in (None, {})]
@@ -81,4 +81,4 @@ def gpt_oss(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-register(MODEL_TYPE, DEFAULTS, TYPES, gpt_oss, components=COMPONENTS)
+register(Family(MODEL_TYPE, DEFAULTS, TYPES, gpt_oss, COMPONENTS, aliases=ALIASES))

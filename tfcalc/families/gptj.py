@@ -15,7 +15,9 @@ use_cache, the token ids. The scores' division by sqrt(head_dim) is elementwise.
 
 from __future__ import annotations
 
-from ..hf import GPT2_ALIASES, _activation, _refuse_if, _unalias, register
+from ..hf import activation_of, refuse_if
+from .gpt2 import GPT2_ALIASES
+from .registry import Family, register
 
 MODEL_TYPE = "gptj"
 
@@ -40,19 +42,18 @@ COMPONENTS = [
 
 
 def gptj(cfg: dict, notes: list[str]) -> dict:
-    cfg = _unalias(cfg, GPT2_ALIASES, notes)
     D, H = cfg["n_embd"], cfg["n_head"]
-    _refuse_if(cfg, "n_embd", D % H != 0, f"not divisible by n_head={H} (GPTJAttention refuses it)")
+    refuse_if(cfg, "n_embd", D % H != 0, f"not divisible by n_head={H} (GPTJAttention refuses it)")
     head_dim, rotary = D // H, cfg["rotary_dim"]
-    _refuse_if(cfg, "rotary_dim", rotary < 1 or rotary % 2 or rotary > head_dim,
-               f"transformers' GPT-J rotates an even number of channels from 2 to the head's {head_dim} (its "
-               "sin/cos tables are rotary_dim wide, n_embd wide for 0, and fail to broadcast otherwise)")
-    _refuse_if(cfg, "tie_word_embeddings", cfg["tie_word_embeddings"] is True,
-               "transformers ties lm_head's weight to the token table and keeps lm_head's bias [V]; tfcalc's head "
-               "bias is for an untied head")
+    refuse_if(cfg, "rotary_dim", rotary < 1 or rotary % 2 or rotary > head_dim,
+              f"transformers' GPT-J rotates an even number of channels from 2 to the head's {head_dim} (its "
+              "sin/cos tables are rotary_dim wide, n_embd wide for 0, and fail to broadcast otherwise)")
+    refuse_if(cfg, "tie_word_embeddings", cfg["tie_word_embeddings"] is True,
+              "transformers ties lm_head's weight to the token table and keeps lm_head's bias [V]; tfcalc's head "
+              "bias is for an untied head")
     fields = dict(n_layers=cfg["n_layer"], d_model=D, n_heads=H,
                   d_ff=cfg["n_inner"] if cfg["n_inner"] is not None else 4 * D, vocab_size=cfg["vocab_size"],
-                  mlp="standard", activation=_activation(cfg, "activation_function"), norm="layernorm",
+                  mlp="standard", activation=activation_of(cfg, "activation_function"), norm="layernorm",
                   norm_position="pre", parallel_block="one_norm", positions="rotary", bias=False, mlp_bias=True,
                   tie_embeddings=False, head_bias=True, context=cfg["n_positions"])
     fields["rotary_dim"] = rotary  # always given: a spec read from a config keeps it when the head changes
@@ -61,4 +62,4 @@ def gptj(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-register(MODEL_TYPE, DEFAULTS, TYPES, gptj, components=COMPONENTS)
+register(Family(MODEL_TYPE, DEFAULTS, TYPES, gptj, COMPONENTS, aliases=GPT2_ALIASES))

@@ -9,13 +9,14 @@ activations elementwise: no parameters, no matmul, not read.
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, _decoder, _refuse_if, register
+from ..hf import DECODER_TYPES, decoder_fields, refuse_if
+from .registry import Family, register
 
 DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
                 tie_word_embeddings=False, attention_bias=False, num_local_experts=8, num_experts_per_tok=2)
 # GraniteMoeConfig declares num_local_experts and num_experts_per_tok int | None; the model cannot be built with null
-TYPES = _DECODER_TYPES | dict(attention_bias="bool", num_local_experts="int", num_experts_per_tok="size")
+TYPES = DECODER_TYPES | dict(attention_bias="bool", num_local_experts="int", num_experts_per_tok="size")
 
 _LAYER = r"model\.layers\.\d+\."
 COMPONENTS = [
@@ -34,13 +35,13 @@ COMPONENTS = [
 
 def granitemoe(cfg: dict, notes: list[str]) -> dict:
     experts = cfg["num_local_experts"]
-    _refuse_if(cfg, "num_local_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
-               "builds a router even for 1 expert, which a dense MLP has not")
-    fields = _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, n_experts=experts,
-                                         top_k=cfg["num_experts_per_tok"])
+    refuse_if(cfg, "num_local_experts", experts < 2, "tfcalc models a mixture of 2 or more experts; transformers "
+              "builds a router even for 1 expert, which a dense MLP has not")
+    fields = decoder_fields(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, n_experts=experts,
+                                               top_k=cfg["num_experts_per_tok"])
     notes.append("embedding, residual and attention multipliers and logits_scaling: elementwise scales, no "
                  "parameters, not counted")
     return fields
 
 
-register("granitemoe", DEFAULTS, TYPES, granitemoe, COMPONENTS)
+register(Family("granitemoe", DEFAULTS, TYPES, granitemoe, COMPONENTS))

@@ -14,14 +14,15 @@ learned_pos_emb is not read: transformers builds no table for it (and MosaicML's
 
 from __future__ import annotations
 
-from ..hf import _Unmodelled, _unalias, check_type, register, show
+from ..hf import Unmodelled, check_type, show
+from .registry import Family, register
 
 DEFAULTS = dict(d_model=2048, n_heads=16, n_layers=24, expansion_ratio=4, max_seq_len=2048, vocab_size=50368,
                 attn_config=None, no_bias=True, norm_type="low_precision_layernorm", tie_word_embeddings=True)
 ALIASES = dict(num_attention_heads="n_heads", hidden_size="d_model", num_hidden_layers="n_layers")
 TYPES = dict(d_model="size", n_heads="size", n_layers="size", expansion_ratio="int", max_seq_len="size",
              vocab_size="size", attn_config="object?", no_bias="bool", norm_type="str",
-             tie_word_embeddings="bool") | dict.fromkeys(ALIASES, "size")
+             tie_word_embeddings="bool")  # and the aliases, of the kinds of the fields they set
 
 # MptAttentionConfig's fields: (JSON kind, transformers' default). transformers validates each strictly (attn_pdrop and
 # alibi_bias_max are ints, clip_qkv and softmax_scale floats or null); so does tfcalc, naming attn_config.<field>
@@ -58,16 +59,15 @@ def attention_config(value: dict | None) -> dict:
     if not problems and attn_type not in ATTN_TYPE_VALUES:
         problems.append(f"attn_config.attn_type={show(attn_type)}: expected one of {', '.join(ATTN_TYPE_VALUES)}")
     if problems:
-        raise _Unmodelled("; ".join(problems))
+        raise Unmodelled("; ".join(problems))
     return {**ATTN_DEFAULTS, **given}
 
 
 def _refuse(key: str, value, why: str) -> None:
-    raise _Unmodelled(f"{key}={show(value)} is not modelled: {why}")
+    raise Unmodelled(f"{key}={show(value)} is not modelled: {why}")
 
 
 def mpt(cfg: dict, notes: list[str]) -> dict:
-    cfg = _unalias(cfg, ALIASES, notes)
     attn = attention_config(cfg["attn_config"])
     d = cfg["d_model"]
     if cfg["expansion_ratio"] != 4:
@@ -112,4 +112,4 @@ def mpt(cfg: dict, notes: list[str]) -> dict:
                 final_norm=True, bias=False, tie_embeddings=cfg["tie_word_embeddings"], context=cfg["max_seq_len"])
 
 
-register("mpt", DEFAULTS, TYPES, mpt, COMPONENTS)
+register(Family("mpt", DEFAULTS, TYPES, mpt, COMPONENTS, aliases=ALIASES))

@@ -5,14 +5,8 @@ shapes."""
 
 from __future__ import annotations
 
-from ..hf import _DECODER_TYPES, OLMO2_COMPONENTS, _decoder, _refuse_if, _window, layer_kinds, register
-
-DEFAULTS = dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
-                tie_word_embeddings=False, attention_bias=False, sliding_window=4096, layer_types=None)
-TYPES = _DECODER_TYPES | dict(attention_bias="bool", sliding_window="int?", layer_types="strings?")
-
-COMPONENTS = OLMO2_COMPONENTS  # the LLaMA layout's module names with OLMo 2's output norms
+from ..hf import decoder_fields, layer_kinds, refuse_if, set_window
+from .registry import Family, register
 
 
 def layer_windows(cfg: dict, fields: dict, notes: list[str], default: list[str]) -> None:
@@ -22,24 +16,26 @@ def layer_windows(cfg: dict, fields: dict, notes: list[str], default: list[str])
     types = cfg.get("layer_types")
     if types is not None:
         kinds = layer_kinds(cfg, L)
-        _refuse_if(cfg, "layer_types", "sliding_attention" in types and cfg.get("sliding_window") is None,
-                   "sliding_attention blocks with sliding_window=None: transformers has no window for them (its "
-                   "cache cannot be built)")
+        refuse_if(cfg, "layer_types", "sliding_attention" in types and cfg.get("sliding_window") is None,
+                  "sliding_attention blocks with sliding_window=None: transformers has no window for them (its "
+                  "cache cannot be built)")
         default = kinds
     else:
-        _refuse_if(cfg, "sliding_window", cfg.get("sliding_window") is None and "local" in default[:L],
-                   "the default layer_types have sliding_attention blocks, for which transformers then has no window "
-                   "(its cache cannot be built): give layer_types")
-    _window(cfg, fields, notes, default)
+        refuse_if(cfg, "sliding_window", cfg.get("sliding_window") is None and "local" in default[:L],
+                  "the default layer_types have sliding_attention blocks, for which transformers then has no window "
+                  "(its cache cannot be built): give layer_types")
+    set_window(cfg, fields, notes, default)
 
 
 def olmo3(cfg: dict, notes: list[str]) -> dict:
-    _refuse_if(cfg, "sliding_window", cfg["sliding_window"] is None, "transformers' Olmo3Model builds a "
-               "sliding-window mask in every forward and cannot run without a window")
-    fields = _decoder(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, qk_norm="full",
-                                         norm_position="output")
+    refuse_if(cfg, "sliding_window", cfg["sliding_window"] is None, "transformers' Olmo3Model builds a "
+              "sliding-window mask in every forward and cannot run without a window")
+    fields = decoder_fields(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, qk_norm="full",
+                                               norm_position="output")
     layer_windows(cfg, fields, notes, ["local", "local", "local", "global"])
     return fields
 
 
-register("olmo3", DEFAULTS, TYPES, olmo3, COMPONENTS)
+# OLMo 2's defaults, kinds and module names, with a window
+register(Family("olmo3", like="olmo2", mapper=olmo3, defaults=dict(sliding_window=4096, layer_types=None),
+                types=dict(sliding_window="int?", layer_types="strings?")))

@@ -13,8 +13,9 @@ layer_norm_eps, the dropouts, initializer_range, use_cache, the token ids.
 
 from __future__ import annotations
 
-from ..hf import _activation, _refuse_if, _Unmodelled, register, show
+from ..hf import Unmodelled, activation_of, refuse_if, show
 from .gpt_neox import partial_factor, partial_rotary, rotary_channels
+from .registry import Family, register
 
 MODEL_TYPE = "phi"
 
@@ -47,23 +48,23 @@ def phi(cfg: dict, notes: list[str]) -> dict:
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim", D // H)
     kv = cfg["num_key_value_heads"]
-    _refuse_if(cfg, "qk_layernorm", cfg["qk_layernorm"] is True and head_dim != D // H,
-               f"its LayerNorms are hidden_size // num_attention_heads = {D // H} wide, the heads head_dim={head_dim} "
-               "(transformers fails)")
-    _refuse_if(cfg, "tie_word_embeddings", cfg["tie_word_embeddings"] is True,
-               "transformers ties lm_head's weight to the token table and keeps lm_head's bias [V]; tfcalc's head "
-               "bias is for an untied head")
-    _refuse_if(cfg, "partial_rotary_factor", "partial_rotary_factor" in cfg and cfg["partial_rotary_factor"] is None,
-               "transformers' rotary then multiplies by None")
+    refuse_if(cfg, "qk_layernorm", cfg["qk_layernorm"] is True and head_dim != D // H,
+              f"its LayerNorms are hidden_size // num_attention_heads = {D // H} wide, the heads head_dim={head_dim} "
+              "(transformers fails)")
+    refuse_if(cfg, "tie_word_embeddings", cfg["tie_word_embeddings"] is True,
+              "transformers ties lm_head's weight to the token table and keeps lm_head's bias [V]; tfcalc's head "
+              "bias is for an untied head")
+    refuse_if(cfg, "partial_rotary_factor", "partial_rotary_factor" in cfg and cfg["partial_rotary_factor"] is None,
+              "transformers' rotary then multiplies by None")
     where, factor = partial_factor(cfg, "partial_rotary_factor", 0.5)
     head_field = "head_dim" if "head_dim" in cfg else "hidden_size"
     dim = rotary_channels(head_dim, factor, head_field)
     if dim % 2:
-        raise _Unmodelled(f"{where}={show(factor)} is not modelled: int({head_dim} * {factor}) = {dim} rotary "
-                          f"channels, an odd number (transformers' tables turn {dim + 1} and fail to broadcast)")
+        raise Unmodelled(f"{where}={show(factor)} is not modelled: int({head_dim} * {factor}) = {dim} rotary "
+                         f"channels, an odd number (transformers' tables turn {dim + 1} and fail to broadcast)")
     fields = dict(n_layers=cfg["num_hidden_layers"], d_model=D, n_heads=H, n_kv_heads=kv if kv is not None else H,
                   d_head=head_dim, d_ff=cfg["intermediate_size"], vocab_size=cfg["vocab_size"], mlp="standard",
-                  activation=_activation(cfg, "hidden_act"), norm="layernorm", norm_position="pre",
+                  activation=activation_of(cfg, "hidden_act"), norm="layernorm", norm_position="pre",
                   parallel_block="one_norm", positions="rotary", bias=True, mlp_bias=True, tie_embeddings=False,
                   head_bias=True, qk_norm="head" if cfg["qk_layernorm"] is True else "none",
                   context=cfg["max_position_embeddings"])
@@ -71,4 +72,4 @@ def phi(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
-register(MODEL_TYPE, DEFAULTS, TYPES, phi, components=COMPONENTS)
+register(Family(MODEL_TYPE, DEFAULTS, TYPES, phi, COMPONENTS))

@@ -5,7 +5,8 @@ the real implementation. transformers builds its class from the config.json on t
 no weights, no network), with eager attention and eager experts, and one forward pass runs under torch's
 FlopCounterMode. Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
 each module's own FLOPs (its count minus its submodules') and each parameter are mapped onto tfcalc's components by
-a small table of module names per family (FAMILIES); a name no rule maps is a row of its own, never guessed.
+a small table of module names per family (its `components`, tfcalc/families/); a name no rule maps is a row of its
+own, never guessed.
 
 MoE on meta: transformers' eager experts pick their tokens with `nonzero`, which has no meta kernel (no data to
 route on). Their forward is replaced, on the instance, by a round robin over the same weights: token slot s = t*k + j
@@ -18,6 +19,7 @@ For a model_type tfcalc does not model but transformers does (`traced`), the tot
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tempfile
@@ -28,120 +30,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import hf
 from ..arch import Workload
 from ..errors import TfcalcError
+from ..families import registry  # (loads every family: tfcalc.hf)
 from ..spec import ModelSpec
 
 INSTALL_HINT = ("transformers is not installed: the check against transformers' own model class is skipped "
                 "(pip install 'tfcalc[hf]')")
 
 # ---- module names -> tfcalc components, per family ---------------------------------------------------------------
-# A rule is (regex over a module's path, component). Block indices are \d+; "{stack}" is the encoder/decoder stack
-# the regex's `stack` group names. The core of an attention is the attention module's own FLOPs (q k^T and p v run in
-# eager_attention_forward, inside that module, outside its projections).
+# Each family's table is in its record (tfcalc/families/, `components`): a rule is (regex over a module's path,
+# component). Block indices are \d+; "{stack}" is the encoder/decoder stack the regex's `stack` group names. The core of
+# an attention is the attention module's own FLOPs (q k^T and p v run in eager_attention_forward, inside that module,
+# outside its projections).
 
-# the LLaMA layout and its descendants (in tfcalc.hf: the families in tfcalc/families/ use them too)
-_LLAMA, _GEMMA2, _OLMO2 = hf.LLAMA_COMPONENTS, hf.GEMMA2_COMPONENTS, hf.OLMO2_COMPONENTS
-_GPT2 = [
-    (r"transformer\.wte", "embedding/token"),
-    (r"transformer\.wpe", "embedding/position"),
-    (r"transformer\.h\.\d+\.ln_1", "attention/norm"),
-    (r"transformer\.h\.\d+\.attn\.c_attn", "attention/qkv"),
-    (r"transformer\.h\.\d+\.attn", "attention/core"),
-    (r"transformer\.h\.\d+\.attn\.c_proj", "attention/out"),
-    (r"transformer\.h\.\d+\.ln_2", "mlp/norm"),
-    (r"transformer\.h\.\d+\.mlp\.c_fc", "mlp/up"),
-    (r"transformer\.h\.\d+\.mlp\.c_proj", "mlp/down"),
-    (r"transformer\.ln_f", "final_norm"),
-    (r"lm_head", "head"),
-]
-_BERT = [
-    (r"embeddings\.word_embeddings", "embedding/token"),
-    (r"embeddings\.position_embeddings", "embedding/position"),
-    (r"embeddings\.token_type_embeddings", "embedding/token_type"),
-    (r"embeddings\.LayerNorm", "embedding/norm"),
-    (r"encoder\.layer\.\d+\.attention\.self\.(query|key|value)", "attention/qkv"),
-    (r"encoder\.layer\.\d+\.attention\.self", "attention/core"),
-    (r"encoder\.layer\.\d+\.attention\.output\.dense", "attention/out"),
-    (r"encoder\.layer\.\d+\.attention\.output\.LayerNorm", "attention/norm"),
-    (r"encoder\.layer\.\d+\.intermediate\.dense", "mlp/up"),
-    (r"encoder\.layer\.\d+\.output\.dense", "mlp/down"),
-    (r"encoder\.layer\.\d+\.output\.LayerNorm", "mlp/norm"),
-    (r"pooler\.dense", "pooler"),
-]
-_OPT = [
-    (r"model\.decoder\.embed_tokens", "embedding/token"),
-    (r"model\.decoder\.embed_positions", "embedding/position"),
-    (r"model\.decoder\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
-    (r"model\.decoder\.layers\.\d+\.self_attn", "attention/core"),
-    (r"model\.decoder\.layers\.\d+\.self_attn\.out_proj", "attention/out"),
-    (r"model\.decoder\.layers\.\d+\.self_attn_layer_norm", "attention/norm"),
-    (r"model\.decoder\.layers\.\d+\.fc1", "mlp/up"),
-    (r"model\.decoder\.layers\.\d+\.fc2", "mlp/down"),
-    (r"model\.decoder\.layers\.\d+\.final_layer_norm", "mlp/norm"),
-    (r"model\.decoder\.final_layer_norm", "final_norm"),
-    (r"lm_head", "head"),
-]
-_T5_BLOCK = r"(?P<stack>encoder|decoder)\.block\.\d+\.layer\.\d+\."
-_T5 = [
-    (r"shared", "embedding/token"),
-    (_T5_BLOCK + r"SelfAttention\.(q|k|v)", "{stack}/attention/qkv"),
-    (_T5_BLOCK + r"SelfAttention", "{stack}/attention/core"),
-    (_T5_BLOCK + r"SelfAttention\.o", "{stack}/attention/out"),
-    (_T5_BLOCK + r"SelfAttention\.relative_attention_bias", "{stack}/attention/relative_bias"),
-    (r"(?P<stack>encoder|decoder)\.block\.\d+\.layer\.0\.layer_norm", "{stack}/attention/norm"),
-    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.q", "decoder/cross_attention/q"),
-    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.(k|v)", "decoder/cross_attention/kv"),
-    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention", "decoder/cross_attention/core"),
-    (r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.o", "decoder/cross_attention/out"),
-    (r"decoder\.block\.\d+\.layer\.1\.layer_norm", "decoder/cross_attention/norm"),
-    (r"encoder\.block\.\d+\.layer\.1\.layer_norm", "encoder/mlp/norm"),
-    (r"decoder\.block\.\d+\.layer\.2\.layer_norm", "decoder/mlp/norm"),
-    (_T5_BLOCK + r"DenseReluDense\.(wi|wi_1)", "{stack}/mlp/up"),
-    (_T5_BLOCK + r"DenseReluDense\.wi_0", "{stack}/mlp/gate"),  # gated: act(wi_0 x) * wi_1 x
-    (_T5_BLOCK + r"DenseReluDense\.wo", "{stack}/mlp/down"),
-    (r"(?P<stack>encoder|decoder)\.final_layer_norm", "{stack}/final_norm"),
-    (r"lm_head", "head"),
-]
-_BART_LAYER = r"model\.(?P<stack>encoder|decoder)\.layers\.\d+\."
-_BART = [
-    (r"model\.shared", "embedding/token"),
-    (r"model\.(?P<stack>encoder|decoder)\.embed_positions", "{stack}/embedding/position"),
-    (r"model\.(?P<stack>encoder|decoder)\.layernorm_embedding", "{stack}/embedding/norm"),
-    (_BART_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "{stack}/attention/qkv"),
-    (_BART_LAYER + r"self_attn", "{stack}/attention/core"),
-    (_BART_LAYER + r"self_attn\.out_proj", "{stack}/attention/out"),
-    (_BART_LAYER + r"self_attn_layer_norm", "{stack}/attention/norm"),
-    (_BART_LAYER + r"encoder_attn\.q_proj", "{stack}/cross_attention/q"),
-    (_BART_LAYER + r"encoder_attn\.(k_proj|v_proj)", "{stack}/cross_attention/kv"),
-    (_BART_LAYER + r"encoder_attn", "{stack}/cross_attention/core"),
-    (_BART_LAYER + r"encoder_attn\.out_proj", "{stack}/cross_attention/out"),
-    (_BART_LAYER + r"encoder_attn_layer_norm", "{stack}/cross_attention/norm"),
-    (_BART_LAYER + r"fc1", "{stack}/mlp/up"),
-    (_BART_LAYER + r"fc2", "{stack}/mlp/down"),
-    (_BART_LAYER + r"final_layer_norm", "{stack}/mlp/norm"),
-    (r"lm_head", "head"),
-]
-FAMILIES: dict[str, list[tuple[str, str]]] = {
-    **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "granite", "phi3", "qwen3",
-                     "qwen3_moe"), _LLAMA),
-    **dict.fromkeys(("gemma2", "gemma3_text"), _GEMMA2),
-    "olmo2": _OLMO2,
-    **dict.fromkeys(("gpt2", "gpt_bigcode"), _GPT2),
-    **dict.fromkeys(("bert", "roberta", "xlm-roberta"), _BERT),
-    "opt": _OPT, "t5": _T5, "bart": _BART,
-    **hf.COMPONENTS,  # the families in tfcalc/families/
-}
+# model_type -> its table, for every family that has one (a view of the registry once tfcalc.hf has loaded it)
+FAMILIES: dict[str, tuple[tuple[str, str], ...]] = {t: f.components for t in registry.REGISTRY
+                                                    if (f := registry.family(t)).components is not None}
 # Components transformers fuses into one module: compared with the sum of tfcalc's
 MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up")}
-_COMPILED = {family: [(re.compile(pattern + "$"), component) for pattern, component in rules]
-             for family, rules in FAMILIES.items()}
+
+
+def table(model_type: str) -> tuple[tuple[str, str], ...] | None:
+    """The module-name table of `model_type` (registered now), or None."""
+    return registry.family(model_type).components if model_type in registry.REGISTRY else None
+
+
+@functools.cache
+def _compiled(rules: tuple[tuple[str, str], ...]) -> list[tuple[re.Pattern, str]]:
+    return [(re.compile(pattern + "$"), component) for pattern, component in rules]
 
 
 def component_of(model_type: str, module: str) -> str | None:
     """'model.layers.3.self_attn.q_proj' -> 'attention/qkv' for llama; None when no rule maps the name."""
-    for pattern, component in _COMPILED.get(model_type, ()):
+    for pattern, component in _compiled(table(model_type) or ()):
         m = pattern.match(module)
         if m:
             return component.format(stack=m.groupdict().get("stack") or "")
@@ -526,13 +448,14 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
         by_module[name if component_of(model_type, name) is not None else name.rpartition(".")[0]] += n
     explain = _explainer(model_type, raw, spec)
-    if model_type not in FAMILIES:
+    mapped = table(model_type) is not None
+    if not mapped:
         notes.append(f"no name table for {model_type}: totals compared, not components")
-    rows = _rows("params", model_type, result.params.components if model_type in FAMILIES else {},
-                 dict(by_module) if model_type in FAMILIES else {}, result.params.total, sum(params.values()),
+    rows = _rows("params", model_type, result.params.components if mapped else {},
+                 dict(by_module) if mapped else {}, result.params.total, sum(params.values()),
                  explain)
-    fwd = _rows("forward", model_type, comparable(result.flops.components) if model_type in FAMILIES else {},
-                own if model_type in FAMILIES else {}, result.flops.forward, total, explain)
+    fwd = _rows("forward", model_type, comparable(result.flops.components) if mapped else {},
+                own if mapped else {}, result.flops.forward, total, explain)
     if outside:
         fwd.insert(-1, HfRow("forward", "(outside any module)", None, outside, None,
                              "counted at the model's top level; in the total"))

@@ -1,0 +1,150 @@
+"""The one registry of Hugging Face families (tfcalc/families/registry.py): every model_type is one complete record,
+a family `like` another is read as that one with its overrides (a clone is one line), and tfcalc.hf's and
+verify/hf_model.py's tables are views of it."""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+import transformers
+
+from tfcalc import TfcalcError, hf
+from tfcalc.families.registry import REGISTRY, Family, family, model_types, register
+from tfcalc.hf import read_hf_config
+from tfcalc.verify import hf_model
+
+LANGUAGE_MODELS = [t for t in REGISTRY if REGISTRY[t].nested is None]
+SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+             max_position_embeddings=32, vocab_size=100, _name_or_path="tiny")
+
+
+def write(path, config: dict):
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture
+def throwaway():
+    """register() for the test's own families, removed from the registry afterwards."""
+    added = []
+
+    def add(*families: Family):
+        register(*families)
+        added.extend(f.model_type for f in families)
+
+    yield add
+    for model_type in added:
+        REGISTRY.pop(model_type)
+
+
+@pytest.mark.parametrize("model_type", list(REGISTRY))
+def test_every_family_is_a_complete_record(model_type):
+    f = family(model_type)
+    if f.nested is not None:  # a multimodal config: only where its language model is, and of which family
+        inner, field = f.nested
+        assert inner in REGISTRY and family(inner).nested is None and field
+        assert (f.mapper, f.components, f.defaults, f.types) == (None, None, {}, {})
+        return
+    assert callable(f.mapper)
+    assert set(f.defaults) <= set(f.types), sorted(set(f.defaults) - set(f.types))
+    assert set(f.types.values()) <= set(hf.KINDS)
+    assert set(f.aliases) | set(f.aliases.values()) <= set(f.types)  # an alias and the field it sets: both typed
+    assert f.components and all(len(rule) == 2 for rule in f.components)
+
+
+def test_every_like_names_a_registered_family():
+    likes = {t: f.like for t, f in REGISTRY.items() if f.like is not None}
+    assert likes  # the clones are written as clones
+    for model_type, target in likes.items():
+        assert target in REGISTRY, (model_type, target)
+        family(model_type)  # resolves, without going round in a circle
+
+
+def test_the_views_are_the_registry():
+    assert hf.SUPPORTED == tuple(model_types()) and set(hf.SUPPORTED) == set(REGISTRY)
+    assert list(hf.DEFAULTS) == list(hf.TYPES) == [t for t in hf.SUPPORTED if t not in hf.NESTED]
+    for model_type in LANGUAGE_MODELS:
+        f = family(model_type)
+        assert hf.DEFAULTS[model_type] == f.defaults and hf.TYPES[model_type] == f.types
+        assert hf_model.FAMILIES[model_type] == f.components
+        assert (model_type in hf.ENCODER_DECODER) == f.encoder_decoder
+    assert hf.NESTED == {t: f.nested for t, f in REGISTRY.items() if f.nested is not None}
+
+
+def test_an_existing_clone_is_its_family_with_its_overrides():
+    base, clone = family("roberta"), family("xlm-roberta")
+    assert clone.like == "roberta" and clone.defaults == base.defaults | {"vocab_size": 30522}
+    assert (clone.types, clone.mapper, clone.components, clone.aliases, clone.encoder_decoder) == (
+        base.types, base.mapper, base.components, base.aliases, base.encoder_decoder)
+    assert family("mbart").components[:-2] == family("bart").components[:-1]  # BART's table, then its final norms
+
+
+def test_a_one_line_clone_reads_as_its_family(tmp_path, throwaway):
+    throwaway(Family("tfcalc-test-ministral", like="mistral", defaults=dict(vocab_size=131072, sliding_window=None)))
+    config = SMALL | {"sliding_window": 8}
+    clone = read_hf_config(write(tmp_path / "clone.json", {"model_type": "tfcalc-test-ministral", **config}))
+    base = read_hf_config(write(tmp_path / "base.json", {"model_type": "mistral", **config}))
+    assert clone.spec == base.spec and clone.spec.sliding_window == 8
+    assert clone.source.partition(";")[2] == base.source.partition(";")[2]  # the same notes
+    assert "sliding_window=8 in 2 of 2 blocks" in clone.source
+    assert read_hf_config(write(tmp_path / "c.json", {"model_type": "tfcalc-test-ministral"})).spec.vocab_size == 131072
+    assert hf_model.component_of("tfcalc-test-ministral", "model.layers.1.mlp.gate_proj") == "mlp/gate"
+    with pytest.raises(TfcalcError, match="supported: .*, tfcalc-test-ministral, "):
+        read_hf_config(write(tmp_path / "unknown.json", {"model_type": "tfcalc-test-unknown"}))
+    with pytest.raises(TfcalcError, match="sliding_window='8': expected an integer or null"):  # mistral's kinds
+        read_hf_config(write(tmp_path / "bad.json", {"model_type": "tfcalc-test-ministral", "sliding_window": "8"}))
+
+
+def test_aliases_are_data_and_typed_as_the_field_they_set(tmp_path, throwaway):
+    throwaway(Family("tfcalc-test-llama", like="llama", aliases=dict(n_embd="hidden_size")))
+    assert family("tfcalc-test-llama").types["n_embd"] == "size"
+    source = read_hf_config(write(tmp_path / "a.json", {"model_type": "tfcalc-test-llama", **SMALL, "n_embd": 32}))
+    assert source.spec.d_model == 32
+    assert "n_embd=32 read as hidden_size (transformers sets hidden_size from it, over any hidden_size given)" in (
+        source.source)
+    with pytest.raises(TfcalcError, match="n_embd='32': expected an integer"):
+        read_hf_config(write(tmp_path / "b.json", {"model_type": "tfcalc-test-llama", "n_embd": "32"}))
+
+
+def test_a_model_type_is_registered_once_and_like_does_not_go_round(throwaway):
+    with pytest.raises(AssertionError, match="registered twice"):
+        register(Family("llama", like="mistral"))
+    throwaway(Family("tfcalc-test-a", like="tfcalc-test-b"), Family("tfcalc-test-b", like="tfcalc-test-a"))
+    with pytest.raises(AssertionError, match="circle"):
+        family("tfcalc-test-a")
+
+
+def test_importing_a_family_module_first_loads_every_family():
+    code = ("import tfcalc.families.gpt_oss\nfrom tfcalc.families.registry import REGISTRY\n"
+            "from tfcalc.hf import SUPPORTED\nprint(len(REGISTRY), len(SUPPORTED))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(len(REGISTRY))] * 2
+
+
+# transformers' attribute_map entries a family does not read as an alias, each with why; the set is held exact below
+NOT_ALIASED = {
+    ("deepseek_v3", "num_mtp_layers"): "its mapper reads num_mtp_layers itself (a note; the module is not counted)",
+    ("qwen3_moe", "num_experts"): "Qwen3MoeConfig's own field is num_experts, read as it is; num_local_experts is "
+                                  "not read",
+    ("mixtral", "num_experts"): "not read: a config giving num_experts is read with num_local_experts' default",
+    **dict.fromkeys((("t5", alias) for alias in ("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                                 "head_dim")), "not read: T5's own names (d_model, ...) are"),
+}
+EXTRA_ALIASES = {("bloom", "n_embed"): "BloomConfig pops n_embed from its kwargs into hidden_size"}
+
+
+def test_aliases_are_transformers_attribute_map():
+    # read from transformers' config classes, not typed again
+    not_aliased = set()
+    for model_type in LANGUAGE_MODELS:
+        f = family(model_type)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            attribute_map = transformers.AutoConfig.for_model(model_type).attribute_map
+        for alias, field in f.aliases.items():
+            assert attribute_map.get(alias) == field or (model_type, alias) in EXTRA_ALIASES, (model_type, alias)
+        not_aliased |= {(model_type, alias) for alias, field in attribute_map.items()
+                        if alias not in f.aliases and (alias in f.types or field in f.types)}
+    assert not_aliased == set(NOT_ALIASED)

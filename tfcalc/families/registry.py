@@ -1,0 +1,108 @@
+"""The one registry of the Hugging Face model types tfcalc reads: a `Family` record per `model_type`.
+
+A record says, as data, what reading a config.json of its type takes: transformers' defaults for the fields it reads,
+their JSON kinds, the config class's attribute aliases, whether it is an encoder-decoder or a multimodal config whose
+language model sits in a field of its own (`nested`), and the table of transformers' module names -> tfcalc
+components that `check --hf-config` compares by. The mapper (the config's fields -> ModelSpec fields) is the only
+code, and a family that shares its layout with another has none of its own: `like=` names that family, whose record
+it starts from, the dicts (defaults, types, aliases) updated with the ones given, any other field replaced.
+
+    register(Family("xlm-roberta", like="roberta", defaults=dict(vocab_size=30522)))
+
+The modules of tfcalc/families/ register every family (`load`, called by tfcalc.hf); `family()` is a record with its
+`like` filled in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+# A mapper reads the checked fields of a config (transformers' defaults under the file's own values) and appends notes;
+# it returns ModelSpec fields and `context`, the config's longest input (the default seq_len).
+Mapper = Callable[[dict[str, Any], list[str]], dict[str, Any]]
+# A rule: (a regex over a module's path in transformers' model, a tfcalc component); "{stack}" in the component is the
+# regex's `stack` group (encoder or decoder).
+Rule = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Family:
+    """How a config.json of `model_type` is read. Left out (None): taken from the family it is `like`, else empty."""
+
+    model_type: str
+    defaults: Mapping[str, Any] | None = None  # transformers' config class defaults for the fields the mapper reads
+    types: Mapping[str, str] | None = None  # field -> JSON kind (tfcalc.hf.KINDS); a field not here is not read
+    mapper: Mapper | None = None
+    components: Sequence[Rule] | None = None  # transformers' module names -> tfcalc components (check --hf-config)
+    aliases: Mapping[str, str] | None = None  # the config class's attribute_map: common name -> the field it sets
+    encoder_decoder: bool | None = None
+    nested: tuple[str, str] | None = None  # (the language model's model_type, the field holding its config)
+    like: str | None = None  # the family this one starts from
+
+    def __post_init__(self):
+        if self.components is not None:  # a tuple: a table is shared, never changed in place
+            object.__setattr__(self, "components", tuple(tuple(rule) for rule in self.components))
+
+
+REGISTRY: dict[str, Family] = {}
+_MERGED = ("defaults", "types", "aliases")  # dicts: the like-family's, updated with the ones given
+
+# `supported:` (in the message refusing an unknown model_type) and tfcalc.hf.SUPPORTED list these first, in the order
+# tfcalc has always listed them; every other language model follows in the order its module registers it (modules
+# load alphabetically), the multimodal (nested) types last
+LISTED_FIRST = ("gpt2", "bert", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "t5", "bart", "gemma",
+                "gpt_bigcode", "roberta", "xlm-roberta", "opt", "granite", "phi3", "qwen3", "qwen3_moe", "olmo2",
+                "gemma2", "gemma3_text")
+
+
+def register(*families: Family) -> None:
+    """Add each family; a model_type is registered once. A family without `like` states its own types, and every
+    default it gives is of a field it types."""
+    for f in families:
+        assert f.model_type not in REGISTRY, f"{f.model_type} is registered twice"
+        assert f.like != f.model_type, f.model_type
+        if f.like is None and f.defaults is not None:
+            missing = set(f.defaults) - set(f.types or {})
+            assert not missing, (f.model_type, sorted(missing))
+        REGISTRY[f.model_type] = f
+
+
+def family(model_type: str) -> Family:
+    """The record of `model_type` as it is read: what it takes from the family it is `like` filled in, the kind of
+    each alias the kind of the field it sets (unless given), no field left None but `mapper`, `components`, `nested`
+    and `like`. KeyError for a model_type not registered (or a `like` naming one)."""
+    return _resolve(model_type, ())
+
+
+def _resolve(model_type: str, seen: tuple[str, ...]) -> Family:
+    assert model_type not in seen, f"like= goes round in a circle: {' -> '.join((*seen, model_type))}"
+    own = REGISTRY[model_type]
+    if own.like is not None:
+        base = _resolve(own.like, (*seen, model_type))
+        given = {f.name: getattr(own, f.name) for f in fields(own) if getattr(own, f.name) is not None}
+        merged = {name: {**getattr(base, name), **given[name]} for name in _MERGED if name in given}
+        own = replace(base, **given | merged)
+    types = dict(own.types or {})
+    aliases = dict(own.aliases or {})
+    types |= {alias: types[field] for alias, field in aliases.items() if alias not in types and field in types}
+    return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases,
+                   encoder_decoder=bool(own.encoder_decoder))
+
+
+def model_types() -> list[str]:
+    """Every registered model_type in the order tfcalc lists them (LISTED_FIRST)."""
+    first = [t for t in LISTED_FIRST if t in REGISTRY]
+    rest = [t for t, f in REGISTRY.items() if t not in first and f.nested is None]
+    return [*first, *rest, *(t for t, f in REGISTRY.items() if f.nested is not None)]
+
+
+def load() -> None:
+    """Import every module of tfcalc/families/ (alphabetically); each registers its families."""
+    package = importlib.import_module(__package__)
+    for name in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        if name != "registry":
+            importlib.import_module(f"{__package__}.{name}")
