@@ -18,12 +18,23 @@ from ..spec import ModelSpec
 
 @dataclass(frozen=True, slots=True)
 class Layer:
-    """What makes one block differ from another."""
+    """What makes one block differ from another: the block kinds it is made of, in order (the names registered in
+    tfcalc.arch.builders.KINDS; the inventory and the reference model compose the block from them), and its
+    attention's mask and keys."""
 
-    moe: bool  # a mixture of experts in place of the dense MLP
+    kinds: tuple[str, ...]  # e.g. ("attention", "mlp"); ("attention", "cross_attention", "moe")
     window: int | None  # the sliding window of its self-attention; None sees every key it may
-    cross: bool  # cross-attention to the encoder's output (a decoder block of an encoder-decoder)
     kv_shared: bool = False  # attends with an earlier block's keys and values (Gemma 4's KV sharing)
+
+    @property
+    def moe(self) -> bool:
+        """A mixture of experts in place of the dense MLP."""
+        return "moe" in self.kinds
+
+    @property
+    def cross(self) -> bool:
+        """Cross-attention to the encoder's output (a decoder block of an encoder-decoder)."""
+        return "cross_attention" in self.kinds
 
     @property
     def label(self) -> str:
@@ -73,7 +84,9 @@ class Stack:
                 local = i >= self.n_layers - layers
             window = spec.sliding_window if local else None
         kv_shared = spec.kv_shared_layers > 0 and i >= self.n_layers - spec.kv_shared_layers
-        return Layer(moe, window, self.cross, kv_shared)
+        kinds = ("attention", *(("cross_attention",) if self.cross else ()), "moe" if moe else "mlp",
+                 *(("per_layer_input",) if spec.d_per_layer_input and spec.parallel_block == "none" else ()))
+        return Layer(kinds, window, kv_shared)
 
     def rotary_width(self, layer: Layer) -> int:
         """Channels of each query and key head that rotary turns in this block: rotary_dim or the block's d_head

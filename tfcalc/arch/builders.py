@@ -1,6 +1,6 @@
 """The frame every block kind is built in: what a builder sees (`Ctx`), the one registry of block kinds (`KINDS`),
 the helpers kinds share (a norm, an attention core, a sublayer's norms and residual add) and the composition of a
-block from its sublayers, which the inventory and the reference model both use (`sublayers`).
+block from the kinds its `Layer` lists (`Layer.kinds`), which the inventory and the reference model both loop over.
 
 Each kind is one module of `tfcalc.blocks`: its builder (spec, workload, stack, layer -> op records), the names its
 reference modules carry and its reference torch module; it registers itself here with `register`. Shapes follow
@@ -160,16 +160,7 @@ def run(name: str, ctx: Ctx) -> list[Op]:
     return [replace(op, sublayer=name) for op in KINDS[name].build(ctx)]
 
 
-def sublayers(spec: ModelSpec, layer: Layer) -> list[str]:
-    """The kinds one block is composed of, in order: self-attention, cross-attention when it has it, then the
-    MLP or the experts (beside attention in a parallel block), then a per-layer input (Gemma 4). The inventory
-    (`block`) and the reference model (`tfcalc.reference.model.Block`) both loop over this list."""
-    names = ["attention", *(["cross_attention"] if layer.cross else []), "moe" if layer.moe else "mlp"]
-    if spec.d_per_layer_input and spec.parallel_block == "none":
-        names.append("per_layer_input")
-    return names
-
-
 def block(ctx: Ctx) -> list[Op]:
-    """One block: its sublayers' ops in order (a parallel block's MLP reads the block's input: `sublayer`)."""
-    return [op for name in sublayers(ctx.spec, ctx.layer) for op in run(name, ctx)]
+    """One block: the ops of its kinds (`Layer.kinds`) in order; the reference model's Block loops over the same
+    list (a parallel block's MLP reads the block's input: `sublayer`)."""
+    return [op for name in ctx.layer.kinds for op in run(name, ctx)]

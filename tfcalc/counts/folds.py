@@ -12,11 +12,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ..arch import Inventory
-from ..arch.ops import NON_MATMUL_KIND, NORM_PER_ELEMENT, SOFTMAX_PER_SCORE, AttentionCore, matmul
+from ..arch.ops import NON_MATMUL_KIND, NORM_PER_ELEMENT, SOFTMAX_PER_SCORE, matmul
 from .breakdown import Breakdown
 
 __all__ = ["NON_MATMUL_KIND", "NORM_PER_ELEMENT", "SOFTMAX_PER_SCORE", "forward", "has_window", "inactive_params",
-           "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul", "pairs",
+           "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul",
            "params", "role_params"]
 
 
@@ -49,11 +49,6 @@ def role_params(inv: Inventory, *roles: str) -> int:
 def forward(inv: Inventory) -> Breakdown:
     """Forward matmul FLOPs per component, summed over layers, for the inventory's whole workload."""
     return Breakdown(_sum((op.forward(), repeat) for op, repeat in inv))
-
-
-def pairs(core: AttentionCore, windows: bool) -> int:
-    """(query, key) pairs the mask keeps (AttentionCore.pairs)."""
-    return core.pairs(windows)
 
 
 def masked_attention(inv: Inventory, windows: bool) -> Breakdown:

@@ -298,20 +298,21 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> lis
     """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
     evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
     stage that holds some of its blocks)."""
+    extras = {stack.name: _stack_extras(spec, Ctx(spec, workload, stack), recompute) for stack in stacks(spec)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
         parts: list[_Part] = []
         with_rotary: set[str] = set()
         for g in groups:
-            extras: tuple[tuple[str, int, int], ...] = ()
+            kept: tuple[tuple[str, int, int], ...] = ()
             if g.stack is not None:
-                embedding, rotary = _stack_extras(spec, Ctx(spec, workload, g.stack), recompute)
+                embedding, rotary = extras[g.stack.name]
                 if g.kind == "embedding":
-                    extras = embedding
+                    kept = embedding
                 elif g.block and rotary is not None and g.stack.name not in with_rotary:
                     with_rotary.add(g.stack.name)
                     parts.append(_Part((), 1, False, (rotary,)))
-            parts.append(_Part(g.ops, g.repeat, g.block, extras, g.copies))
+            parts.append(_Part(g.ops, g.repeat, g.block, kept, g.copies))
         out.append(parts)
     return out
 

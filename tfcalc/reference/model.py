@@ -1,7 +1,7 @@
 """A real torch.nn.Module built from any ModelSpec, for a workload: the model's frame (embeddings, stacks, final
 norms, the head) here, and in each block one module per sublayer kind, each kind's own (`tfcalc/blocks/<kind>/
 reference.py`), laid out as its builder's op records say. A block is composed by looping over the same list of
-kinds the inventory loops over (`tfcalc.arch.builders.sublayers`).
+kinds the inventory loops over (`Layer.kinds`).
 
 Module names follow tfcalc's component names (`blocks.3.attention.qkv` is `attention/qkv`,
 `decoder.blocks.0.cross_attention.kv` is `decoder/cross_attention/kv`), so that counters' per-module figures map
@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..arch import Layer, Stack, Workload, default_workload, stacks
-from ..arch.builders import KINDS, sublayers
+from ..arch.builders import KINDS
 from ..spec import ModelSpec
 from .layers import RMSNorm, make_norm, rotary_tables
 
@@ -132,14 +132,14 @@ def reference(kind: str) -> ModuleType:
 
 
 class Block(nn.Module):
-    """One block of the inventory: its sublayer kinds in order (`sublayers`), each wrapped in its norms and
+    """One block of the inventory: its kinds in order (`Layer.kinds`), each wrapped in its norms and
     residual add by `norm_position` (`<kind>_norm` before it, after the residual add under post-norm;
     `<kind>_post_norm` after it), or side by side with attention in a parallel block."""
 
     def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
         super().__init__()
         self.position, self.parallel = spec.norm_position, spec.parallel_block
-        self.kinds = sublayers(spec, layer)
+        self.kinds = layer.kinds
         before = spec.norm_position != "output"
         after = spec.norm_position in ("sandwich", "output")
         for prefix in (KINDS[name].norm for name in self.kinds):
