@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from math import lcm
+from math import gcd, lcm
 
 from ..spec import ModelSpec
 
@@ -55,10 +55,18 @@ class Stack:
         return f"{self.name}/{component}" if self.name else component
 
     @property
-    def _period(self) -> int:
+    def _residues(self) -> int:
+        """The attention pattern's length: block i's window is the pattern's entry i mod this."""
         spec = self.spec
-        windows = len(spec.attention_pattern) if self.causal and spec.attention_pattern else 1
-        return lcm(windows, spec.moe_every if spec.is_moe else 1)
+        return len(spec.attention_pattern) if self.causal and spec.attention_pattern else 1
+
+    @property
+    def _moe_every(self) -> int:
+        return self.spec.moe_every if self.spec.is_moe else 1
+
+    @property
+    def _period(self) -> int:
+        return lcm(self._residues, self._moe_every)
 
     def _boundaries(self) -> list[int]:
         """Layer indices where a rule that is not periodic changes: the first dense blocks, the windowed tail."""
@@ -105,15 +113,50 @@ class Stack:
         """Each distinct block and how many of the stack's blocks (of those from `lo` up to `hi`: a pipeline
         stage's) are like it, in order of first appearance.
 
-        Between two boundaries a block depends only on its index modulo the period, so each of the period's
-        residues is looked at once per interval: the cost is independent of n_layers."""
-        period, counts = self._period, Counter()
+        Between two boundaries a block depends only on its index modulo the pattern's length and on whether it is
+        a multiple of moe_every, so it is looked at once per class of such blocks: each residue of the period once
+        when the period is short, else each residue of the pattern twice (the MoE blocks among them found by the
+        Chinese remainder theorem). The cost is independent of n_layers and of moe_every."""
         hi = self.n_layers if hi is None else hi
         bounds = sorted({lo, hi, *(p for p in self._boundaries() if lo < p < hi)})
+        counts: Counter[Layer] = Counter()
+        first: dict[Layer, int] = {}
         for lo, hi in zip(bounds, bounds[1:]):
-            for i in range(lo, min(hi, lo + period)):
-                counts[self.layer(i)] += (hi - 1 - i) // period + 1  # i, i + period, ... < hi
-        return dict(counts)
+            for i, n in self._classes(lo, hi):
+                layer = self.layer(i)
+                counts[layer] += n
+                first[layer] = min(first.get(layer, i), i)
+        return {layer: counts[layer] for layer in sorted(counts, key=first.__getitem__)}
+
+    def _classes(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(first index, blocks) of each class of alike blocks in [lo, hi), an interval between boundaries."""
+        p, m = self._residues, self._moe_every
+        period = lcm(p, m)
+        if min(hi - lo, period) <= SHORT_PERIOD:  # i, i + period, ... < hi for each residue of the period
+            return [(i, (hi - 1 - i) // period + 1) for i in range(lo, min(hi, lo + period))]
+        out = []
+        for r in range(min(p, hi - lo)):
+            start = lo + r  # the blocks start, start + p, ... < hi: one residue of the pattern
+            members = (hi - 1 - start) // p + 1
+            moe = _first_multiple(start, p, m)  # the first of them with (i + 1) % m == 0: then every period-th
+            n_moe = 0 if moe is None or moe >= hi else (hi - 1 - moe) // period + 1
+            if n_moe:
+                out.append((moe, n_moe))
+            if members > n_moe:  # start or the next: two members in a row at multiples would make all of them so
+                out.append((start if (start + 1) % m else start + p, members - n_moe))
+        return out
+
+
+SHORT_PERIOD = 4096  # up to this many residues of the period are looked at one by one
+
+
+def _first_multiple(start: int, step: int, m: int) -> int | None:
+    """The least i = start + step * t (t >= 0) with (i + 1) % m == 0, or None when there is none."""
+    g = gcd(step, m)
+    if (start + 1) % g:
+        return None
+    t = (-(start + 1) // g) * pow(step // g, -1, m // g) % (m // g)
+    return start + step * t
 
 
 def stacks(spec: ModelSpec) -> list[Stack]:
