@@ -23,7 +23,8 @@ def test_distinct_counts_what_walking_the_blocks_counts(n_layers, pattern, moe_e
                                                          window_layers, use_pattern, bounds, short):
     spec = ModelSpec(n_layers=n_layers, d_model=64, n_heads=4, vocab_size=100, seq_len=8, n_experts=4, top_k=1,
                      moe_every=moe_every, first_dense_layers=min(first_dense, n_layers), sliding_window=4,
-                     **({"attention_pattern": pattern} if use_pattern else {"sliding_window_layers": window_layers}))
+                     **({"attention_pattern": pattern} if use_pattern else
+                        {"sliding_window_layers": None if window_layers is None else min(window_layers, n_layers)}))
     lo, hi = sorted(min(b, n_layers) for b in bounds)
     previous = architecture.SHORT_PERIOD
     architecture.SHORT_PERIOD = short  # 1: every interval by the residues of the pattern and the CRT
