@@ -182,9 +182,9 @@ def test_check_memory_is_exact_with_sinks(recompute):
 
 def test_tensor_parallelism_splits_sinks_by_heads():
     from tfcalc.arch import Table
-    from tfcalc.plan.training import _tensors
 
-    assert _tensors(Table("attention/sinks", 1, 8, "sinks"), 2, 1, False) == ([4], False)
+    sinks = Table("attention/sinks", 1, 8, "sinks")  # [1, H = 8]: 4 heads' logits on each of 2 GPUs
+    assert sinks.tensors(2, 1, False) == [4] and not sinks.expert
 
 
 # ---- the presets ---------------------------------------------------------------------------------------------------

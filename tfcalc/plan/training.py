@@ -197,11 +197,6 @@ def _head_counts(spec: ModelSpec) -> list[int]:
     return [spec.n_heads, spec.n_kv_heads] + ([spec.global_n_kv_heads] if spec.global_n_kv_heads else [])
 
 
-def _tensors(op: Op, tp: int, ep: int, copy_tied: bool) -> tuple[list[int], bool]:
-    """The parameter tensors one GPU holds of `op` (their sizes) and whether they are routed experts'."""
-    return op.tensors(tp, ep, copy_tied), op.expert
-
-
 # ------------------------------------------------------------------------------------------------ activations
 
 
@@ -423,9 +418,9 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         block_params = 0
         for op in part.ops:
             copy_tied = last and pp > 1 and op.role == "head"
-            sizes, is_expert = _tensors(op, layout.tp, layout.ep, copy_tied)
+            sizes = op.tensors(layout.tp, layout.ep, copy_tied)  # this GPU's share of each parameter tensor
             for n in sizes:
-                weights_numel.append((n, is_expert, part.repeat if part.copies is None else part.copies))
+                weights_numel.append((n, op.expert, part.repeat if part.copies is None else part.copies))
                 largest_tensor = max(largest_tensor, n)
             block_params += sum(sizes)
         full, kv = _ops_activations(part.ops, a, recompute, layout)
