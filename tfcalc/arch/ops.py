@@ -16,8 +16,8 @@ over records; it never asks what type a record is. A record type that does not d
 A record's `role` says what it is for, so that no consumer tests a component's name: a matmul's is "" (a plain
 projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate) or "encoder_kv" (the
 keys and values of cross-attention, read off the encoder's output); an attention core's "core"; a norm's "norm";
-a table's is its kind; an elementwise op's its kind. `sublayer` is the block kind that made it ("attention", "mlp", "moe", "embedding", "head", ...), set when the
-inventory composes a block.
+a table's is its kind; an elementwise op's its kind. `sublayer` is the block kind that made it ("attention", "mlp",
+"moe", "embedding", "head", ...), set when the inventory composes a block.
 """
 
 from __future__ import annotations

@@ -9,4 +9,7 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
   MLP), `per_layer` (Gemma 4's per-layer input): the sublayers of a block.
 """
 
-from . import attention, cross_attention, embedding, head, mlp, moe, per_layer  # noqa: F401  (each registers)
+# in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
+from . import embedding  # noqa: F401, I001  (each registers)
+from . import attention, cross_attention, mlp, moe, per_layer  # noqa: F401
+from . import head  # noqa: F401

@@ -45,7 +45,25 @@ def shared_embedding(ctx: Ctx) -> list[Op]:
     return [Table("embedding/token", spec.vocab_size, spec.d_model, tokens=tokens)] if spec.shared_embeddings else []
 
 
-register(BlockKind("embedding", embedding, in_block=False, components=(
+def kept_once(ctx: Ctx, recompute: str) -> list[tuple[str, int, int]]:
+    """What a stack's embedding keeps once per step: learned positions' ids (int64; the lookup keeps its indices),
+    T5's relative-position bucket ids (int64, s_q x s_k) and, when attention is recomputed, the bias itself
+    (H x s_q x s_k: an input of every recomputed core or block), Gemma 4's per-layer inputs [T, L, P] (read by
+    every block, a slice each)."""
+    spec, s, name = ctx.spec, ctx.s, ctx.name
+    kept: list[tuple[str, int, int]] = []
+    if spec.positions == "learned":
+        kept.append((name("embedding/position ids"), s, 8))
+    if spec.positions == "relative":
+        kept.append((name("attention/relative bucket ids"), s * ctx.keys, 8))
+        if recompute != "none":
+            kept.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
+    if spec.d_per_layer_input:
+        kept.append((name("embedding/per-layer inputs"), ctx.t * ctx.stack.n_layers * spec.d_per_layer_input, 0))
+    return kept
+
+
+register(BlockKind("embedding", embedding, in_block=False, kept_once=kept_once, components=(
     (r"embedding\.(token|position|token_type|norm|projection|per_layer|per_layer_projection|per_layer_norm)",
      r"embedding/\1"),
     (r"relative_bias\.table", "attention/relative_bias"),

@@ -39,7 +39,7 @@ from fractions import Fraction
 
 from ..arch import Workload, validate
 from ..arch.architecture import stacks
-from ..arch.builders import Ctx
+from ..arch.builders import KINDS, Ctx
 from ..arch.inventory import stages as inventory_stages
 from ..arch.ops import STAT_BYTES, Matmul, Op, Parallel
 from ..errors import TfcalcError
@@ -257,43 +257,24 @@ class _Part:
     copies: int | None = None  # sets of parameters when blocks share them (ALBERT); None: one per repeat
 
 
-def _stack_extras(spec: ModelSpec, ctx: Ctx, recompute: str) -> tuple[tuple[tuple[str, int, int], ...],
-                                                                        tuple[str, int, int] | None]:
-    """What a stack keeps once per step whatever its depth: learned positions' ids (int64; the lookup keeps its
-    indices), T5's relative-position bucket ids (int64, s_q x s_k) and, when attention is recomputed, the bias
-    itself (H x s_q x s_k: an input of every recomputed core or block), and the rotary cos and sin tables
-    (computed once per stack and shared by its blocks; kept on every pipeline stage that holds some of them)."""
-    s = ctx.s
-    name = ctx.name
-    embedding: list[tuple[str, int, int]] = []
-    if spec.positions == "learned":
-        embedding.append((name("embedding/position ids"), s, 8))
-    if spec.positions == "relative":
-        embedding.append((name("attention/relative bucket ids"), s * ctx.keys, 8))
-        if recompute != "none":
-            embedding.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
-    if spec.positions == "alibi" and recompute != "none":  # a constant, but an input of each recomputed core
-        embedding.append((name("attention/alibi bias"), spec.n_heads * s * ctx.keys, 0))
-    if spec.d_per_layer_input:  # Gemma 4's per-layer inputs [T, L, P], read by every block (a slice each)
-        embedding.append((name("embedding/per-layer inputs"), ctx.t * ctx.stack.n_layers * spec.d_per_layer_input, 0))
-    if spec.kv_shared_layers and recompute == "full":
-        # the keys and values the KV-sharing blocks read stay alive from the forward (their last producer of each
-        # kind is recomputed, but the shared blocks' inputs are the forward's): one block's of each kind
-        kinds = {layer.window: layer for layer in ctx.stack.distinct() if layer.kv_shared}
-        for layer in kinds.values():
-            dh, kv, _ = spec.attention_shape(layer.window is not None)
-            embedding.append((name("attention/shared keys and values"), 2 * ctx.b * kv * ctx.keys * dh, 0))
-    rotary = None  # cos and sin [s, width] for each distinct width of the stack's blocks
-    if spec.positions == "rotary":
-        rotary = (name("attention/rotary tables"), 2 * s * sum(ctx.stack.rotary_widths()), 0)
-    return tuple(embedding), rotary
+Kept = tuple[tuple[str, int, int], ...]  # (what, elements, bytes each; 0: the activation dtype's)
+
+
+def _stack_extras(ctx: Ctx, recompute: str) -> tuple[Kept, Kept]:
+    """What a stack keeps for backward once per step whatever its depth, as its kinds say (`BlockKind.kept_once`:
+    on its embedding's stage; `kept_per_stage`: on every stage that holds some of its blocks)."""
+    present = [KINDS["embedding"], *(KINDS[name] for name in dict.fromkeys(
+        name for layer in ctx.stack.distinct() for name in layer.kinds))]
+    once = tuple(kept for kind in present if kind.kept_once for kept in kind.kept_once(ctx, recompute))
+    per_stage = tuple(kept for kind in present if kind.kept_per_stage for kept in kind.kept_per_stage(ctx))
+    return once, per_stage
 
 
 def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> list[list[_Part]]:
     """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
     evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
     stage that holds some of its blocks)."""
-    extras = {stack.name: _stack_extras(spec, Ctx(spec, workload, stack), recompute) for stack in stacks(spec)}
+    extras = {stack.name: _stack_extras(Ctx(spec, workload, stack), recompute) for stack in stacks(spec)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
         parts: list[_Part] = []
@@ -301,12 +282,12 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> lis
         for g in groups:
             kept: tuple[tuple[str, int, int], ...] = ()
             if g.stack is not None:
-                embedding, rotary = extras[g.stack.name]
+                once, per_stage = extras[g.stack.name]
                 if g.kind == "embedding":
-                    kept = embedding
-                elif g.block and rotary is not None and g.stack.name not in with_rotary:
+                    kept = once
+                elif g.block and per_stage and g.stack.name not in with_rotary:
                     with_rotary.add(g.stack.name)
-                    parts.append(_Part((), 1, False, (rotary,)))
+                    parts.append(_Part((), 1, False, per_stage))
             parts.append(_Part(g.ops, g.repeat, g.block, kept, g.copies))
         out.append(parts)
     return out

@@ -93,7 +93,33 @@ def _sinks(ctx: Ctx) -> list[Op]:
     return [Table(ctx.name("attention/sinks"), 1, ctx.spec.n_heads, "sinks")] if ctx.spec.attention_sinks else []
 
 
+def kept_once(ctx: Ctx, recompute: str) -> list[tuple[str, int, int]]:
+    """What a stack's attention keeps once per step: ALiBi's bias when attention is recomputed (a constant, but an
+    input of each recomputed core), and under full recomputation the keys and values the KV-sharing blocks read
+    (their last producer of each kind is recomputed, but the shared blocks' inputs are the forward's): one block's
+    of each kind (Gemma 4)."""
+    spec, s, name = ctx.spec, ctx.s, ctx.name
+    kept: list[tuple[str, int, int]] = []
+    if spec.positions == "alibi" and recompute != "none":
+        kept.append((name("attention/alibi bias"), spec.n_heads * s * ctx.keys, 0))
+    if spec.kv_shared_layers and recompute == "full":
+        kinds = {layer.window: layer for layer in ctx.stack.distinct() if layer.kv_shared}
+        for layer in kinds.values():
+            dh, kv, _ = spec.attention_shape(layer.window is not None)
+            kept.append((name("attention/shared keys and values"), 2 * ctx.b * kv * ctx.keys * dh, 0))
+    return kept
+
+
+def kept_per_stage(ctx: Ctx) -> list[tuple[str, int, int]]:
+    """The rotary cos and sin tables [s, width], one pair per distinct width of the stack's blocks: computed once per
+    stack and shared by its blocks, kept on every pipeline stage that holds some of them."""
+    if ctx.spec.positions != "rotary":
+        return []
+    return [(ctx.name("attention/rotary tables"), 2 * ctx.s * sum(ctx.stack.rotary_widths()), 0)]
+
+
 register(BlockKind("attention", attention, family="attention", norm="attention", reference=f"{__name__}.reference",
+                   kept_once=kept_once, kept_per_stage=kept_per_stage,
                    components=(
                        (r"attention\.(qkv|q_norm|k_norm|core|out|sinks)", r"attention/\1"),
                        (r"attention\.(q_a|q_a_norm|q_b|q|kv_a|kv_a_norm|kv_b)", r"attention/\1"),  # latent attention
