@@ -81,6 +81,15 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         fields |= dict(kv_lora_rank=draw(st.integers(1, 12)), q_lora_rank=draw(st.none() | st.integers(1, 12)),
                        qk_nope_dim=draw(st.integers(1, 6)), qk_rope_dim=2 * draw(st.integers(1, 3)),
                        v_head_dim=draw(st.integers(1, 6)))
+    if (not is_encdec and fields.get("parallel_block", "none") == "none" and "shared_blocks" not in fields
+            and draw(st.booleans())):
+        # the stack as a pattern of block kinds: attention or an MLP alone, or both (the experts where it has some)
+        ffn = "moe" if is_moe else "mlp"
+        blocks = draw(st.lists(st.sampled_from(["attention", f"attention+{ffn}", ffn, "mlp", "attention+mlp"]),
+                               min_size=1, max_size=4))
+        fields["block_pattern"] = blocks if not is_moe or any("moe" in b for b in blocks) else [*blocks, "moe"]
+        if is_moe:  # the pattern says which blocks are MoE
+            fields |= dict(first_dense_layers=0, moe_every=1)
     return ModelSpec(**fields)
 
 

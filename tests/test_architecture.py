@@ -18,11 +18,15 @@ def walked(stack, lo, hi):
 @given(n_layers=st.integers(1, 600), pattern=st.lists(st.sampled_from(["local", "global"]), min_size=1, max_size=7),
        moe_every=st.integers(1, 40), first_dense=st.integers(0, 50),
        window_layers=st.one_of(st.none(), st.integers(0, 60)), use_pattern=st.booleans(),
-       bounds=st.tuples(st.integers(0, 600), st.integers(0, 600)), short=st.sampled_from([1, 3, 4096]))
+       bounds=st.tuples(st.integers(0, 600), st.integers(0, 600)), short=st.sampled_from([1, 3, 4096]),
+       blocks=st.one_of(st.none(), st.lists(st.sampled_from(["attention+moe", "attention", "mlp", "moe"]),
+                                            min_size=1, max_size=5)))
 def test_distinct_counts_what_walking_the_blocks_counts(n_layers, pattern, moe_every, first_dense,
-                                                         window_layers, use_pattern, bounds, short):
+                                                         window_layers, use_pattern, bounds, short, blocks):
+    layout = (dict(moe_every=moe_every, first_dense_layers=min(first_dense, n_layers)) if blocks is None else
+              dict(block_pattern=[*blocks, "attention+moe"]))
     spec = ModelSpec(n_layers=n_layers, d_model=64, n_heads=4, vocab_size=100, seq_len=8, n_experts=4, top_k=1,
-                     moe_every=moe_every, first_dense_layers=min(first_dense, n_layers), sliding_window=4,
+                     **layout, sliding_window=4,
                      **({"attention_pattern": pattern} if use_pattern else
                         {"sliding_window_layers": None if window_layers is None else min(window_layers, n_layers)}))
     lo, hi = sorted(min(b, n_layers) for b in bounds)

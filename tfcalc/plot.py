@@ -253,7 +253,7 @@ def components_over(pairs: list, axis: str):
     crossover = r0.crossover.seq_len
     marks = axis in ("seq_len", "tgt_len") and all(r.workload.context == 0 and r.workload.phase != "decode"
                                                    for r in results)
-    if marks and min(xs) <= crossover <= max(xs):
+    if marks and crossover is not None and min(xs) <= crossover <= max(xs):
         ax.axvline(crossover, color="0.1", linestyle="--", linewidth=1.0, gid="crossover",
                    label=f"attention ≥ MLP from N = {crossover:,}")
         ax.annotate(f"attention ≥ MLP\nfrom N = {crossover:,}", xy=(crossover, 1), xycoords=("data", "axes fraction"),

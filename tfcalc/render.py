@@ -157,6 +157,8 @@ def describe(spec: ModelSpec) -> str:
             parts.append(f"first {spec.first_dense_layers} dense")
         if spec.moe_every != 1:
             parts.append(f"MoE every {spec.moe_every}")
+    if spec.block_pattern is not None:
+        parts.append(f"blocks {'/'.join(spec.block_pattern)}")
     if spec.sliding_window is not None:
         where = ("/".join(spec.attention_pattern) if spec.attention_pattern is not None
                  else f"last {spec.sliding_window_layers}" if spec.sliding_window_layers is not None else "all")
@@ -249,7 +251,8 @@ def crossover_line(result: CountResult) -> str:
     c, w = result.crossover, result.workload
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
     at = f"N = {w.seq_len:,}" if not w.context else f"{new} against {w.keys:,} keys"
-    return (f"Attention (projections + scores + values) overtakes the MLP at N >= {c.seq_len:,}. "
+    where = f"at N >= {c.seq_len:,}" if c.seq_len is not None else "at no N"
+    return (f"Attention (projections + scores + values) overtakes the MLP {where}. "
             f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
             f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}.")
 
@@ -281,7 +284,8 @@ COMPARE_ROWS: list[tuple[str, str, Any]] = [
     ("flops.train_step", "FLOPs train step", lambda r: r.flops.train_step),
     ("flops.per_token", "FLOPs per token (fwd)", lambda r: r.flops.per_token),
     ("macs.forward", "MACs forward", lambda r: r.macs.forward),
-    ("attention_overtakes_mlp_at_seq_len", "attention > MLP from N", lambda r: r.crossover.seq_len),
+    ("attention_overtakes_mlp_at_seq_len", "attention > MLP from N",
+     lambda r: "never" if r.crossover.seq_len is None else r.crossover.seq_len),
     ("attention_share", "attention share", lambda r: r.crossover.attention_share),
 ]
 
@@ -990,8 +994,9 @@ def crossover_lines(pairs) -> list[str]:
     for p, r in pairs:
         if p.index not in seen:
             seen.add(p.index)
-            lines.append(f"{p.model}: attention (projections + scores + values) overtakes the MLP at N >= "
-                         f"{r.crossover.seq_len:,}.")
+            n = r.crossover.seq_len
+            lines.append(f"{p.model}: attention (projections + scores + values) overtakes the MLP "
+                         + (f"at N >= {n:,}." if n is not None else "at no N."))
     return lines
 
 

@@ -200,6 +200,12 @@ class ModelSpec(BaseModel):
     )
     moe_every: Size = Field(1, description="MoE models: block i (from 0) is MoE when (i + 1) % moe_every == 0 "
                                            "(Qwen2-MoE's decoder_sparse_step); the others are dense.")
+    block_pattern: list[str] | None = Field(
+        None, description="The stack's blocks as block kinds joined by '+', cycled over the blocks: 'attention+mlp' "
+                          "(the default block), 'attention+moe', 'attention' (attention alone), 'mlp' or 'moe' (alone: "
+                          "Nemotron-H's MLP layers); each kind with its own norms and residual add. None: attention "
+                          "and, by moe_every and first_dense_layers, the MLP or the experts in every block."
+    )
 
     # multi-head latent attention (DeepSeek-V2, V3): set by kv_lora_rank; see docs/formulas.md
     kv_lora_rank: Size | None = Field(
@@ -335,6 +341,7 @@ class ModelSpec(BaseModel):
                                 f"{', '.join(f'{k}={getattr(self, k)}' for k in kinds)}")
         self._check_global(problems)
         self._check_per_layer(problems)
+        self._check_pattern(problems)
         if self.moe_beside_mlp and self.is_moe:
             for field, bad in (("norm_position", self.norm_position != "sandwich"),
                                ("n_shared_experts", self.n_shared_experts), ("shared_expert_gate",
@@ -393,6 +400,41 @@ class ModelSpec(BaseModel):
                            ("parallel_block", getattr(self, "parallel_block", "none") != "none")):
             if bad:
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
+
+    def _check_pattern(self, problems: list[str]) -> None:
+        """block_pattern: known kinds, each once a block, the MLP or the experts (not both), the experts where the
+        spec has some; not with the fields that say the same another way or that read a block's place."""
+        if self.block_pattern is None:
+            return
+        from .arch.builders import KINDS  # the registry of block kinds (loaded with tfcalc.arch)
+
+        allowed = [name for name, kind in KINDS.items() if kind.in_pattern]
+        if not self.block_pattern:
+            problems.append(f"block_pattern=[]: give at least one block, of {', '.join(allowed)} joined by '+'")
+        for block in self.block_pattern:
+            kinds = block.split("+")
+            unknown = [k for k in kinds if k not in allowed]
+            if unknown:
+                problems.append(f"block_pattern: {block!r} has {', '.join(map(repr, unknown))}; a block is made "
+                                f"of {', '.join(allowed)}, joined by '+'")
+            elif len(set(kinds)) < len(kinds) or {"mlp", "moe"} <= set(kinds):
+                problems.append(f"block_pattern: {block!r}: each kind at most once a block, and the MLP or the "
+                                "experts, not both")
+        has_moe = any("moe" in block.split("+") for block in self.block_pattern)
+        if has_moe != self.is_moe:
+            problems.append(f"block_pattern={self.block_pattern!r} " + (
+                "has 'moe' blocks: give n_experts > 1" if has_moe else
+                f"has no 'moe' block, and n_experts={self.n_experts}: put 'moe' where the experts are"))
+        for field, bad in (("moe_every", self.moe_every != 1), ("first_dense_layers", self.first_dense_layers),
+                           ("n_encoder_layers", self.n_encoder_layers),
+                           ("parallel_block", self.parallel_block != "none"), ("moe_beside_mlp", self.moe_beside_mlp),
+                           ("d_per_layer_input", self.d_per_layer_input), ("kv_shared_layers", self.kv_shared_layers),
+                           ("shared_blocks", self.shared_blocks is not None)):
+            if bad:
+                problems.append(f"block_pattern={self.block_pattern!r} is not modelled with "
+                                f"{field}={getattr(self, field)!r}" + (" (the pattern says which blocks are MoE)"
+                                                                         if field in ("moe_every",
+                                                                                      "first_dense_layers") else ""))
 
     def _check_global(self, problems: list[str]) -> None:
         """The global blocks' own attention shape: refused with an encoder-decoder (cross-attention has one shape),

@@ -56,9 +56,11 @@ class Stack:
 
     @property
     def _residues(self) -> int:
-        """The attention pattern's length: block i's window is the pattern's entry i mod this."""
+        """The patterns' period: block i's window is the attention pattern's entry i mod its length, its kinds the
+        block pattern's."""
         spec = self.spec
-        return len(spec.attention_pattern) if self.causal and spec.attention_pattern else 1
+        windows = len(spec.attention_pattern) if self.causal and spec.attention_pattern else 1
+        return lcm(windows, len(spec.block_pattern) if spec.block_pattern else 1)
 
     @property
     def _moe_every(self) -> int:
@@ -92,6 +94,9 @@ class Stack:
                 local = i >= self.n_layers - layers
             window = spec.sliding_window if local else None
         kv_shared = spec.kv_shared_layers > 0 and i >= self.n_layers - spec.kv_shared_layers
+        if spec.block_pattern:  # the kinds as the pattern lists them (a window only where there is attention)
+            kinds = tuple(spec.block_pattern[i % len(spec.block_pattern)].split("+"))
+            return Layer(kinds, window if "attention" in kinds else None, kv_shared)
         kinds = ("attention", *(("cross_attention",) if self.cross else ()), "moe" if moe else "mlp",
                  *(("per_layer_input",) if spec.d_per_layer_input and spec.parallel_block == "none" else ()))
         return Layer(kinds, window, kv_shared)

@@ -100,6 +100,8 @@ class BlockKind:
     - `reference`: the module holding its torch implementation, imported only when a model is built (counting
       never imports torch): it defines `attach(block, site)`, `forward(block, x, env)` and, for a sublayer a
       parallel block runs beside attention, `call(block, h, env)`.
+    - `in_pattern`: a spec's `block_pattern` may name it (the kinds a block is made of; the others a model type
+      adds: cross-attention, Gemma 4's per-layer input).
     - `kept_once(ctx, recompute)`, `kept_per_stage(ctx)`: what a stack with this kind keeps for backward once per
       step, whatever its depth (on its embedding's pipeline stage; on every stage that holds some of its blocks),
       as (what, elements, bytes each; 0: the activation dtype's), for the training memory plan.
@@ -111,6 +113,7 @@ class BlockKind:
     norm: str = ""
     components: tuple[tuple[str, str], ...] = ()
     in_block: bool = True
+    in_pattern: bool = False
     reference: str = ""
     kept_once: Callable[[Ctx, str], list[tuple[str, int, int]]] | None = None
     kept_per_stage: Callable[[Ctx], list[tuple[str, int, int]]] | None = None

@@ -66,7 +66,7 @@ def published(spec: ModelSpec, workload: Workload, *, n_non_embedding: int, n_wi
 class Crossover:
     """Attention (projections + scores + values) against the MLP, per block, as N grows."""
 
-    seq_len: int  # the smallest N at which attention FLOPs >= MLP FLOPs
+    seq_len: int | None  # the smallest N at which attention FLOPs >= MLP FLOPs; None: at no N (no scores)
     attention_share: float  # attention's share of block FLOPs at the spec's N
     mlp_share: float
     quadratic_share: float  # scores + values' share of block FLOPs at the spec's N
@@ -120,8 +120,14 @@ def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
     MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
     sequence at N = 1 and N = 2; the shares are those of `inv`'s forward, the workload counted."""
     a, b, m = _coefficients(spec)
-    n_cross = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
+    if b:
+        n_cross: int | None = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
+    else:  # no scores and values (blocks without attention: a block_pattern): linear against linear
+        n_cross = 1 if a >= m else None
     linear_attention, quadratic, mlp = _families(inv)
     block = linear_attention + quadratic + mlp
-    return Crossover(n_cross, float(Fraction(linear_attention + quadratic, block)),
-                     float(Fraction(mlp, block)), float(Fraction(quadratic, block)))
+
+    def share(n: int) -> float:
+        return float(Fraction(n, block)) if block else 0.0
+
+    return Crossover(n_cross, share(linear_attention + quadratic), share(mlp), share(quadratic))

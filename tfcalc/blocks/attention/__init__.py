@@ -119,7 +119,7 @@ def kept_per_stage(ctx: Ctx) -> list[tuple[str, int, int]]:
 
 
 register(BlockKind("attention", attention, family="attention", norm="attention", reference=f"{__name__}.reference",
-                   kept_once=kept_once, kept_per_stage=kept_per_stage,
+                   in_pattern=True, kept_once=kept_once, kept_per_stage=kept_per_stage,
                    components=(
                        (r"attention\.(qkv|q_norm|k_norm|core|out|sinks)", r"attention/\1"),
                        (r"attention\.(q_a|q_a_norm|q_b|q|kv_a|kv_a_norm|kv_b)", r"attention/\1"),  # latent attention

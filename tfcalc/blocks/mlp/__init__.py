@@ -41,5 +41,5 @@ def d_ff(ctx: Ctx) -> int:
     return spec.kv_shared_d_ff if ctx.layer.kv_shared and spec.kv_shared_d_ff else spec.d_ff
 
 
-register(BlockKind("mlp", mlp, family="mlp", norm="mlp", reference=f"{__name__}.reference",
+register(BlockKind("mlp", mlp, family="mlp", norm="mlp", in_pattern=True, reference=f"{__name__}.reference",
                    components=((r"mlp\.(up|gate|down)", r"mlp/\1"),)))

@@ -57,11 +57,12 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
     ]
 
 
-register(BlockKind("moe", moe, family="mlp", norm="mlp", reference=f"{__name__}.reference", components=(
-    (r"mlp_branch_norm", "mlp/branch_norm"),
-    (r"moe\.(norm|post_norm|router_norm|expert_scale)", r"moe/\1"),
-    (r"moe\.router", "moe/router"),
-    (r"moe\.experts\.\d+\.(up|gate|down)", "moe/experts"),
-    (r"moe\.shared\.\d+\.(up|gate|down)", "moe/shared_experts"),
-    (r"moe\.shared_gate", "moe/shared_gate"),
-)))
+register(BlockKind("moe", moe, family="mlp", norm="mlp", in_pattern=True, reference=f"{__name__}.reference",
+                   components=(
+                       (r"mlp_branch_norm", "mlp/branch_norm"),
+                       (r"moe\.(norm|post_norm|router_norm|expert_scale)", r"moe/\1"),
+                       (r"moe\.router", "moe/router"),
+                       (r"moe\.experts\.\d+\.(up|gate|down)", "moe/experts"),
+                       (r"moe\.shared\.\d+\.(up|gate|down)", "moe/shared_experts"),
+                       (r"moe\.shared_gate", "moe/shared_gate"),
+                   )))
