@@ -1,4 +1,5 @@
-"""Will the step fit? A conservative estimate of weights, gradients and activations, and what the device has."""
+"""Will the step fit? What a profile step needs (a train step as the training memory plan has it) with slack for
+what a process holds beyond its tensors, and what the device has."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import os
 
 import torch
 
-from ..arch import build
+from ..arch import Workload, build
 from ..counts import count
+from ..plan.training import training_memory
 from ..spec import ModelSpec
 
 OVERHEAD = 1.2  # allocator slack, workspaces, temporaries we do not model
@@ -20,9 +22,22 @@ TUNED_HEAP = 1.5
 
 
 def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = False) -> int:
-    """Bytes a step needs: weights, then (train) gradients and the activations saved for backward, or (forward)
-    the few activations alive at once. Attention is assumed fused unless `scores`: then one block's N x N
-    scores and probabilities are added (the explicit-matmul path)."""
+    """Bytes a step needs, with OVERHEAD's slack. A train step (forward and backward, no optimizer) asks the
+    training memory plan (`tfcalc.plan.training`, exact against MemTracker for the reference model): the weights,
+    then the activations kept for backward with the backward's transients, or the gradients with the end of
+    backward's, whichever is larger; attention fused (SDPA keeps no probabilities: the plan's `selective`, one
+    block's scores at a time) unless `scores` (the explicit path keeps every block's probabilities: `none`). A
+    forward step (inference mode) keeps nothing for backward: the weights and the few activations alive at once,
+    estimated here."""
+    if mode == "train":
+        workload = Workload(batch_size=spec.batch_size, seq_len=spec.seq_len,
+                            src_len=spec.seq_len if spec.is_encoder_decoder else None)
+        plan = training_memory(spec, workload, "fp32" if dtype_bytes == 4 else "bf16", "sgd",
+                               "none" if scores else "selective")
+        stage = plan.stage  # no optimizer step: its states are left out
+        need = stage.states.weights + max(stage.activations + stage.transient,
+                                          stage.states.gradients + stage.transient_step)
+        return int(OVERHEAD * need)
     T, D = spec.tokens, spec.d_model
     width = mlp_width(spec)
     F = width * (2 if spec.mlp == "gated" else 1)
@@ -30,16 +45,8 @@ def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = 
     logits = T * spec.vocab_size if spec.lm_head else 0
     weights = count(spec).params.total * dtype_bytes
     extra = 2 * spec.batch_size * spec.n_heads * spec.seq_len**2 * dtype_bytes if scores else 0
-    if mode == "forward":
-        live = T * (4 * D + 2 * max(qkv, F, spec.d_attn)) + 2 * logits
-        return int(OVERHEAD * (weights + live * dtype_bytes + extra))
-    per_block = T * (4 * D + qkv + 2 * spec.d_attn + 2 * F + width)  # saved for backward
-    activations = spec.n_layers * per_block + 3 * logits
-    # the loss is summed in fp32: a low-precision step also holds an fp32 copy of the logits
-    loss = logits * 4 if dtype_bytes != 4 else 0
-    # a tied table gets two gradients, the head's and the lookup's, summed into one: one more [V, D] for a moment
-    tied = spec.vocab_size * D * dtype_bytes if spec.lm_head and spec.tie_embeddings else 0
-    return int(OVERHEAD * (2 * weights + activations * dtype_bytes + loss + tied + extra))
+    live = T * (4 * D + 2 * max(qkv, F, spec.d_attn)) + 2 * logits
+    return int(OVERHEAD * (weights + live * dtype_bytes + extra))
 
 
 def step_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, gemm_bytes: int = 0, tuned_heap: bool = False) -> int:
