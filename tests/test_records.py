@@ -70,3 +70,18 @@ def test_every_record_knows_the_sublayer_that_made_it():
         ("embedding", "embedding"), ("block", "attention"), ("block", "mlp"), ("final_norm", "final_norm"),
         ("head", "head")}
     assert inv.families()["attention/scores"] == "attention" and inv.families()["mlp/up"] == "mlp"
+
+
+def test_a_kind_of_a_family_the_crossover_does_not_know_counts_as_other_work():
+    from tfcalc.arch.builders import KINDS, BlockKind, register
+    from tfcalc.counts.estimates import _families
+
+    inv = build(load_preset("gpt2"))
+    mixer = Matmul("mixer/in_proj", 4, 8, 16, sublayer="mixer")  # [4, 8] @ [8, 16]: 2 * 4 * 8 * 16 FLOPs
+    register(BlockKind("mixer", lambda ctx: [mixer], family="mixer"))
+    try:
+        with_mixer = replace(inv, groups=(*inv.groups, Group("block (mixer)", 3, (mixer,))))
+        assert _families(with_mixer) == _families(inv)  # linear attention, scores and values, MLP: unchanged
+        assert with_mixer.families()["mixer/in_proj"] == "mixer"
+    finally:
+        del KINDS["mixer"]

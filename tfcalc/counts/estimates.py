@@ -86,7 +86,8 @@ def _families(inv: Inventory) -> tuple[int, int, int]:
     sums = {"linear": 0, "quadratic": 0, "mlp": 0, "other": 0}
     for op, repeat in inv:
         kind = family(op)
-        sums["linear" if kind in ("attention", "cross_attention") else kind] += repeat * sum(op.forward().values())
+        bucket = "linear" if kind in ("attention", "cross_attention") else kind if kind in sums else "other"
+        sums[bucket] += repeat * sum(op.forward().values())
     return sums["linear"], sums["quadratic"], sums["mlp"]
 
 
