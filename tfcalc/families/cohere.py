@@ -17,6 +17,7 @@ the token ids.
 from __future__ import annotations
 
 from ..hf import decoder_fields, refuse_if, show
+from .llama import DECODER_COMPONENTS
 from .registry import Family, register
 
 MODEL_TYPE = "cohere"
@@ -32,19 +33,9 @@ TYPES = dict(vocab_size="size", hidden_size="size", intermediate_size="size", lo
              max_position_embeddings="size", tie_word_embeddings="bool", rope_parameters="object?",
              rope_scaling="object?", attention_bias="bool", use_qk_norm="bool?", head_dim="size")
 
-COMPONENTS = [
-    (r"model\.embed_tokens", "embedding/token"),
+COMPONENTS = [  # the LLaMA layout's names with one norm per (parallel) block
     (r"model\.layers\.\d+\.input_layernorm", "attention/norm"),
-    (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
-    (r"model\.layers\.\d+\.self_attn\.q_norm", "attention/q_norm"),
-    (r"model\.layers\.\d+\.self_attn\.k_norm", "attention/k_norm"),
-    (r"model\.layers\.\d+\.self_attn", "attention/core"),
-    (r"model\.layers\.\d+\.self_attn\.o_proj", "attention/out"),
-    (r"model\.layers\.\d+\.mlp\.gate_proj", "mlp/gate"),
-    (r"model\.layers\.\d+\.mlp\.up_proj", "mlp/up"),
-    (r"model\.layers\.\d+\.mlp\.down_proj", "mlp/down"),
-    (r"model\.norm", "final_norm"),
-    (r"lm_head", "head"),
+    *DECODER_COMPONENTS,
 ]
 
 
