@@ -324,14 +324,10 @@ class AttentionCore(Record):
     def kv_heads(self) -> int:
         return self.h_kv or self.h
 
-    @property
-    def cached_per_token(self) -> int:
-        """Elements one token adds to this attention's KV cache (`cache_width`, else keys and values)."""
-        return self.cache_width or self.kv_heads * (self.d_qk + self.d_v)
-
     def cached_per_token_on(self, tp: int) -> int:
-        """The same on one of `tp` tensor-parallel GPUs: its share of the key/value heads (one, copied, when tp is
-        more than the heads, as vLLM does); a latent (`cache_width`) is not split by heads: whole on every GPU."""
+        """Elements one token adds to this attention's KV cache (`cache_width`, else keys and values) on one of `tp`
+        tensor-parallel GPUs: its share of the key/value heads (one, copied, when tp is more than the heads, as vLLM
+        does); a latent (`cache_width`) is not split by heads: whole on every GPU."""
         return self.cache_width or max(1, self.kv_heads // tp) * (self.d_qk + self.d_v)
 
     def pairs(self, windows: bool) -> int:
