@@ -76,7 +76,9 @@ class Parallel:
 
 
 class Record:
-    """What every op record answers. Each figure here raises until a record type defines it."""
+    """What every op record answers. Each figure here raises until a record type defines it. A record type is a
+    frozen dataclass (slots) with a `component`, a `role` (a field or a class attribute) and a `sublayer` field,
+    which the inventory sets to the kind that made it."""
 
     __slots__ = ()
     component: str
