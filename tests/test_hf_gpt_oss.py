@@ -151,7 +151,7 @@ def test_sinks_and_router_bias_are_counted():
 def test_sinks_add_a_softmax_column_and_no_matmul():
     with_sinks, without = count(SMALL), count(SMALL.replace(attention_sinks=False))
     assert with_sinks.flops.forward == without.flops.forward
-    # one more logit per (sequence, head, query) in each of the L softmaxes, 6 FLOPs each (folds.SOFTMAX_PER_SCORE)
+    # one more logit per (sequence, head, query) in each of the L softmaxes, 6 FLOPs each (arch.ops.SOFTMAX_PER_SCORE)
     extra = with_sinks.non_matmul["attention/softmax"] - without.non_matmul["attention/softmax"]
     assert extra == 2 * 2 * 8 * 32 * 6  # L * B * H * N * 6
 

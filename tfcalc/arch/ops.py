@@ -57,11 +57,10 @@ class UnsupportedFigure(TfcalcError):
 
 @dataclass(frozen=True, slots=True)
 class Parallel:
-    """Where one GPU stands in a parallel layout, as a record needs it: tensor, expert and context parallel sizes
-    and whether sequence parallelism splits what tensor parallelism keeps whole."""
+    """Where one GPU stands in a parallel layout, as a record's saved activations need it: tensor and context
+    parallel sizes and whether sequence parallelism splits what tensor parallelism keeps whole."""
 
     tp: int = 1
-    ep: int = 1
     cp: int = 1
     sp: bool = False
 

@@ -12,10 +12,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ..arch import Inventory
-from ..arch.ops import NON_MATMUL_KIND, NORM_PER_ELEMENT, SOFTMAX_PER_SCORE, matmul
+from ..arch.ops import matmul
 from .breakdown import Breakdown
 
-__all__ = ["NON_MATMUL_KIND", "NORM_PER_ELEMENT", "SOFTMAX_PER_SCORE", "forward", "has_window", "inactive_params",
+__all__ = ["forward", "has_window", "inactive_params",
            "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul",
            "params", "role_params"]
 

@@ -213,15 +213,11 @@ def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout, expert_sca
     return _ceil(kept, whole * layout.cp)
 
 
-def _parallel(layout: Layout) -> Parallel:
-    return Parallel(layout.tp, layout.ep, layout.cp, layout.sp)
-
-
 def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout) -> tuple[dict[str, int], int]:
     """Per component, the bytes one instance of `ops` keeps for backward (one microbatch), and apart from them the
     encoder output its cross-attentions read (one tensor, kept once however many read it)."""
     out: dict[str, int] = {}
-    par = _parallel(layout)
+    par = Parallel(layout.tp, layout.cp, layout.sp)
     encoder_output = 0
     router = routing = None
     expert_scale = any(op.role == "scale" for op in ops)
@@ -278,15 +274,15 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> lis
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
         parts: list[_Part] = []
-        with_rotary: set[str] = set()
+        with_stage_extras: set[str] = set()
         for g in groups:
             kept: tuple[tuple[str, int, int], ...] = ()
             if g.stack is not None:
                 once, per_stage = extras[g.stack.name]
                 if g.kind == "embedding":
                     kept = once
-                elif g.block and per_stage and g.stack.name not in with_rotary:
-                    with_rotary.add(g.stack.name)
+                elif g.block and per_stage and g.stack.name not in with_stage_extras:
+                    with_stage_extras.add(g.stack.name)
                     parts.append(_Part((), 1, False, per_stage))
             parts.append(_Part(g.ops, g.repeat, g.block, kept, g.copies))
         out.append(parts)
