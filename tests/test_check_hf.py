@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from tfcalc import Workload, count
 from tfcalc.cli import app
+from tfcalc.families import registry
 from tfcalc.hf import SUPPORTED, read_hf_config
 from tfcalc.verify import hf_model
 
@@ -153,3 +155,74 @@ def test_without_transformers_the_rest_is_checked(tmp_path):
     as_json = subprocess.run([sys.executable, "-c", code, str(folder), "--json"], capture_output=True, text=True)
     data = json.loads(as_json.stdout)
     assert data["match"] and "pip install 'tfcalc[hf]'" in data["transformers"]["skipped"]
+
+
+@pytest.mark.parametrize(("analytic", "fused"), [
+    ({"embedding/token": 500, "attention/norm": 16, "conv/norm": 32, "mlp/norm": 48}, 48),  # both parts counted
+    ({"embedding/token": 500, "conv/norm": 48, "mlp/norm": 48}, 48),  # only conv blocks
+    ({"embedding/token": 500, "attention/norm": 48, "mlp/norm": 48}, 48),  # only attention blocks
+])
+def test_a_fused_module_is_compared_with_the_sum_of_the_parts_tfcalc_counts(monkeypatch, analytic, fused):
+    # LFM2-like: one operator_norm per block, before either an attention or a convolution: transformers' one module
+    # is held against tfcalc's attention/norm + conv/norm, whichever of them the blocks have
+    rules = ((r"model\.embed_tokens", "embedding/token"), (r"model\.layers\.\d+\.operator_norm",
+                                                           "attention/norm+conv/norm"),
+             (r"model\.layers\.\d+\.ffn_norm", "mlp/norm"))
+    monkeypatch.setitem(registry.REGISTRY, "tfcalc-test-fused", registry.Family("tfcalc-test-fused", components=rules))
+    measured = {"model.embed_tokens": 500, "model.layers.0.operator_norm": 16, "model.layers.1.operator_norm": 16,
+                "model.layers.2.operator_norm": 16, **{f"model.layers.{i}.ffn_norm": 16 for i in range(3)}}
+    rows = hf_model._rows("params", "tfcalc-test-fused", analytic, measured, 596, 596, lambda row: row)
+    assert [(r.component, r.analytic, r.transformers, r.match) for r in rows] == [
+        ("embedding/token", 500, 500, True), ("attention/norm+conv/norm", fused, 48, True),
+        ("mlp/norm", 48, 48, True), ("total", 596, 596, True)]
+
+
+def test_a_fused_module_with_no_part_counted_is_a_row_of_its_own(monkeypatch):
+    rules = ((r"model\.layers\.\d+\.operator_norm", "attention/norm+conv/norm"), (r"model\.layers\.\d+\.w1", "mlp/up"))
+    monkeypatch.setitem(registry.REGISTRY, "tfcalc-test-fused", registry.Family("tfcalc-test-fused", components=rules))
+    rows = hf_model._rows("params", "tfcalc-test-fused", {"mlp/up": 64}, {"model.layers.0.operator_norm": 16,
+                                                                          "model.layers.0.w1": 64}, 64, 80,
+                          hf_model._explainer(registry.family("llama"), {}, None))
+    assert [(r.component, r.analytic, r.transformers, r.match) for r in rows] == [
+        ("mlp/up", 64, 64, True), ("attention/norm+conv/norm", 0, 16, False), ("total", 64, 80, False)]
+    assert rows[1].note == "transformers has 16 more: the formula or the name mapping is wrong here"
+
+
+@pytest.mark.parametrize(("model_type", "config", "layers", "written"), [
+    ("gpt2", CONFIGS["gpt2"], {"n_layers": 1}, "n_layer=1"),
+    ("gpt_bigcode", {**CONFIGS["gpt_bigcode"], "num_hidden_layers": 2}, {"n_layers": 1}, "num_hidden_layers=1"),
+    ("t5", CONFIGS["t5"], {"n_encoder_layers": 1, "n_layers": 2}, "num_layers=1, num_decoder_layers=2"),
+    ("bart", CONFIGS["bart"], {"n_encoder_layers": 1, "n_layers": 2}, "encoder_layers=1, decoder_layers=2"),
+    ("bart", {**CONFIGS["bart"], "num_hidden_layers": 2}, {"n_encoder_layers": 1}, "num_hidden_layers=1"),
+    ("llama", CONFIGS["llama"], {"n_layers": 1}, "num_hidden_layers=1"),
+])
+def test_block_counts_are_written_where_each_family_keeps_them(tmp_path, model_type, config, layers, written):
+    # the family's layer_keys, or a field's alias when the config gives it (transformers reads it over the field)
+    folder = write(tmp_path, {"model_type": model_type, **config})
+    spec = read_hf_config(folder).spec.replace(**layers)
+    encdec = model_type in ("t5", "bart")
+    report = hf_model.compare(folder, spec, Workload(batch_size=1, seq_len=8, src_len=6 if encdec else None),
+                              overrides=layers)
+    assert f"transformers' model built with {written} (from the layer override)" in report.notes
+    assert report.match and all(r.match for r in report.rows), [r for r in report.rows if not r.match]
+
+
+def test_a_family_hook_marks_its_documented_difference(tmp_path, monkeypatch):
+    # a family's `known` sees the differing row, the config, the spec and the workload; its note marks the row known
+    folder = write(tmp_path, {"model_type": "llama", **CONFIGS["llama"]})
+    seen = []
+
+    def known(d: registry.Difference) -> str | None:
+        seen.append(d)
+        return f"{d.excess} more, as documented" if d.figure == "params" and d.excess == 3 else None
+
+    monkeypatch.setitem(registry.REGISTRY, "llama", replace(registry.REGISTRY["llama"], known=known))
+    real = hf_model.parameters
+    monkeypatch.setattr(hf_model, "parameters", lambda model: {**real(model), "model.layers.0.mlp.up_proj.x": 3})
+    report = hf_model.compare(folder, read_hf_config(folder).spec, Workload(batch_size=2, seq_len=8))
+    assert report.match and "MATCH" in report.verdict() and "2 differ as documented" in report.verdict()
+    assert [(r.figure, r.component, r.note) for r in report.rows if r.known] == [
+        ("params", "mlp/up", "known: 3 more, as documented"), ("params", "total", "known: 3 more, as documented")]
+    assert [(d.component, d.analytic + 3 == d.transformers) for d in seen] == [("mlp/up", True), ("total", True)]
+    assert all(d.workload == report.workload and d.config["model_type"] == "llama" and d.spec.seq_len == 8
+               and d.spec.batch_size == 2 for d in seen)

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import transformers
 
-from tfcalc import TfcalcError, hf
+from tfcalc import TfcalcError, Workload, hf
 from tfcalc.families.registry import REGISTRY, Family, family, model_types, register
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
@@ -52,6 +52,10 @@ def test_every_family_is_a_complete_record(model_type):
     assert set(f.types.values()) <= set(hf.KINDS)
     assert set(f.aliases) | set(f.aliases.values()) <= set(f.types)  # an alias and the field it sets: both typed
     assert f.components and all(len(rule) == 2 for rule in f.components)
+    # the fields check --hf-config writes -L into: read fields, each a stack's block count
+    assert f.layer_keys and set(f.layer_keys) <= set(f.types), sorted(set(f.layer_keys) - set(f.types))
+    stacks = {"n_layers", "n_encoder_layers"} if f.encoder_decoder else {"n_layers"}
+    assert sorted(f.layer_keys.values()) == sorted(stacks)
 
 
 def test_every_like_names_a_registered_family():
@@ -148,3 +152,43 @@ def test_aliases_are_transformers_attribute_map():
         not_aliased |= {(model_type, alias) for alias, field in attribute_map.items()
                         if alias not in f.aliases and (alias in f.types or field in f.types)}
     assert not_aliased == set(NOT_ALIASED)
+
+
+def test_layer_keys_and_known_differences_are_the_familys_and_its_clones():
+    assert family("llama").layer_keys == {"num_hidden_layers": "n_layers"} and family("llama").known is None
+    assert family("t5").layer_keys == {"num_layers": "n_encoder_layers", "num_decoder_layers": "n_layers"}
+    bart = {"encoder_layers": "n_encoder_layers", "decoder_layers": "n_layers"}
+    assert family("bart").layer_keys == family("mbart").layer_keys == family("marian").layer_keys == bart
+    assert family("gpt2").layer_keys == family("gpt_bigcode").layer_keys == {"n_layer": "n_layers"}
+    # where the config gives a field's alias, transformers reads the alias over the field: -L is written there
+    assert hf_model._layer_keys(family("marian"), {"num_hidden_layers": 2}) == {
+        "num_hidden_layers": "n_encoder_layers", "decoder_layers": "n_layers"}
+    assert hf_model._layer_keys(family("gpt_bigcode"), {"n_layer": 2}) == {"n_layer": "n_layers"}
+    assert hf_model._layer_keys(family("gpt2"), {"n_layer": 2, "num_hidden_layers": 2}) == {
+        "num_hidden_layers": "n_layers"}
+    assert hf_model._layer_keys(family("bloom"), {"n_layer": 2}) == {"num_hidden_layers": "n_layers"}
+    assert {t for t in REGISTRY if family(t).known is not None} >= {"t5", "bloom"}
+
+
+def test_a_known_hook_is_general_data_a_clone_inherits(tmp_path, throwaway):
+    # LFM2-like: a short convolution computes more in transformers when seq_len < its kernel; the hook reads the
+    # figure, the component, both numbers, the config, the spec and the workload
+    def short_conv(d) -> str | None:  # d: registry.Difference
+        short = d.workload is not None and d.workload.seq_len < d.config["conv_L_cache"]
+        if d.figure == "forward" and d.component in ("conv/conv", "total") and d.excess > 0 and short:
+            return f"transformers computes more when seq_len {d.workload.seq_len} < the conv kernel"
+        return None
+
+    throwaway(Family("tfcalc-test-conv", like="llama", known=short_conv), Family("tfcalc-test-clone",
+                                                                                 like="tfcalc-test-conv"))
+    assert family("tfcalc-test-clone").known is short_conv
+    spec = read_hf_config(write(tmp_path / "a.json", {"model_type": "llama", **SMALL})).spec.replace(seq_len=2)
+    config = {"conv_L_cache": 3}
+    explain = hf_model._explainer(family("tfcalc-test-clone"), config, spec, Workload(seq_len=2))
+    row = explain(hf_model.HfRow("forward", "conv/conv", 10, 12, False))
+    assert row.known and row.note == "known: transformers computes more when seq_len 2 < the conv kernel"
+    other = explain(hf_model.HfRow("forward", "attention/qkv", 10, 12, False))
+    assert not other.known and other.note == "transformers has 2 more: the formula or the name mapping is wrong here"
+    longer = hf_model._explainer(family("tfcalc-test-clone"), config, spec, Workload(seq_len=8))
+    assert not longer(hf_model.HfRow("forward", "conv/conv", 10, 12, False)).known
+    assert explain(hf_model.HfRow("forward", "conv/conv", 10, 10, True)).note == ""  # a match is never explained

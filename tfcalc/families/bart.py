@@ -53,6 +53,7 @@ def bart(cfg: dict, notes: list[str]) -> dict:
 
 register(Family(
     "bart", mapper=bart, components=COMPONENTS, aliases=BART_ALIASES, encoder_decoder=True,
+    layer_keys={"encoder_layers": "n_encoder_layers", "decoder_layers": "n_layers"},  # or num_hidden_layers, given
     defaults=dict(vocab_size=50265, max_position_embeddings=1024, encoder_layers=12, encoder_ffn_dim=4096,
                   encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096, decoder_attention_heads=16,
                   activation_function="gelu", d_model=1024, tie_word_embeddings=True),

@@ -10,7 +10,7 @@ length (ALiBi extrapolates): the default seq_len is 2048, BLOOM's training lengt
 from __future__ import annotations
 
 from ..hf import show
-from .registry import Family, register
+from .registry import Difference, Family, register
 
 DEFAULTS = dict(vocab_size=250880, hidden_size=64, n_layer=2, n_head=8, apply_residual_connection_post_layernorm=False,
                 pretraining_tp=1, slow_but_exact=False, tie_word_embeddings=True)
@@ -52,4 +52,14 @@ def bloom(cfg: dict, notes: list[str]) -> dict:
                 tie_embeddings=cfg["tie_word_embeddings"], context=TRAINING_LENGTH)
 
 
-register(Family("bloom", DEFAULTS, TYPES, bloom, COMPONENTS, aliases=ALIASES))
+def sliced_matmuls(d: Difference) -> str | None:
+    """slow_but_exact with pretraining_tp > 1: dense and dense_4h_to_h run as slices inside their parent modules."""
+    tp = d.config.get("pretraining_tp", 1)
+    if (d.config.get("slow_but_exact") is True and type(tp) is int and tp > 1 and d.figure == "forward"
+            and d.component != "total"):
+        return ("slow_but_exact with pretraining_tp > 1 runs dense and dense_4h_to_h as slices inside the attention "
+                "and MLP modules, not in their linears (the total matches)")
+    return None
+
+
+register(Family("bloom", DEFAULTS, TYPES, bloom, COMPONENTS, aliases=ALIASES, known=sliced_matmuls))

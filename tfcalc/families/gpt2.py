@@ -49,6 +49,7 @@ def gpt_bigcode(cfg: dict, notes: list[str]) -> dict:
 
 register(
     Family("gpt2", mapper=gpt2, components=GPT2_COMPONENTS, aliases=GPT2_ALIASES,
+           layer_keys={"n_layer": "n_layers"},  # or num_hidden_layers, when given
            defaults=dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                          activation_function="gelu_new", add_cross_attention=False, tie_word_embeddings=True),
            types=dict(vocab_size="size", n_positions="size", n_embd="size", n_layer="size", n_head="size",

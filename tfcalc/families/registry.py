@@ -2,10 +2,12 @@
 
 A record says, as data, what reading a config.json of its type takes: transformers' defaults for the fields it reads,
 their JSON kinds, the config class's attribute aliases, whether it is an encoder-decoder or a multimodal config whose
-language model sits in a field of its own (`nested`), and the table of transformers' module names -> tfcalc
-components that `check --hf-config` compares by. The mapper (the config's fields -> ModelSpec fields) is the only
-code, and a family that shares its layout with another has none of its own: `like=` names that family, whose record
-it starts from, the dicts (defaults, types, aliases) updated with the ones given, any other field replaced.
+language model sits in a field of its own (`nested`), and what `check --hf-config` compares by: the table of
+transformers' module names -> tfcalc components, the fields holding each stack's number of blocks (`layer_keys`, where
+-L is written) and the family's documented differences from transformers' class (`known`). The mapper (the config's
+fields -> ModelSpec fields) and the `known` hook are the only code, and a family that shares its layout with another
+has none of its own: `like=` names that family, whose record it starts from, the dicts (defaults, types, aliases)
+updated with the ones given, any other field replaced.
 
     register(Family("xlm-roberta", like="roberta", defaults=dict(vocab_size=30522)))
 
@@ -19,7 +21,11 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..arch import Workload
+    from ..spec import ModelSpec
 
 # A mapper reads the checked fields of a config (transformers' defaults under the file's own values) and appends notes;
 # it returns ModelSpec fields and `context`, the config's longest input (the default seq_len).
@@ -27,6 +33,32 @@ Mapper = Callable[[dict[str, Any], list[str]], dict[str, Any]]
 # A rule: (a regex over a module's path in transformers' model, a tfcalc component); "{stack}" in the component is the
 # regex's `stack` group (encoder or decoder).
 Rule = tuple[str, str]
+# A config's fields holding each stack's number of blocks -> the ModelSpec field it is (n_layers, n_encoder_layers), for
+# a family that does not say
+DEFAULT_LAYER_KEYS = {"num_hidden_layers": "n_layers"}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A row of `check --hf-config` where tfcalc and transformers differ: what a family's `known` hook reads."""
+
+    figure: str  # "params" or "forward"
+    component: str  # a tfcalc component, or "total"
+    analytic: int
+    transformers: int
+    config: Mapping[str, Any]  # the config transformers built from (a nested config's language model; -L written in)
+    spec: ModelSpec  # what tfcalc counted; its seq_len and batch_size are the workload's
+    workload: Workload | None = None  # the forward pass compared
+
+    @property
+    def excess(self) -> int:
+        """transformers' figure minus tfcalc's."""
+        return self.transformers - self.analytic
+
+
+# A family's documented differences from transformers' class: the note on a row that differs as documented (check
+# shows it after "known: " and does not fail on it), else None
+Known = Callable[[Difference], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +74,10 @@ class Family:
     encoder_decoder: bool | None = None
     nested: tuple[str, str] | None = None  # (the language model's model_type, the field holding its config)
     like: str | None = None  # the family this one starts from
+    # config field -> the ModelSpec field of that stack's block count (check --hf-config writes -L there, or into the
+    # field's alias when the config gives it); DEFAULT_LAYER_KEYS when left out
+    layer_keys: Mapping[str, str] | None = None
+    known: Known | None = None  # documented differences from transformers' class (check --hf-config)
 
     def __post_init__(self):
         if self.components is not None:  # a tuple: a table is shared, never changed in place
@@ -73,8 +109,8 @@ def register(*families: Family) -> None:
 
 def family(model_type: str) -> Family:
     """The record of `model_type` as it is read: what it takes from the family it is `like` filled in, the kind of
-    each alias the kind of the field it sets (unless given), no field left None but `mapper`, `components`, `nested`
-    and `like`. KeyError for a model_type not registered (or a `like` naming one)."""
+    each alias the kind of the field it sets (unless given), no field left None but `mapper`, `components`, `nested`,
+    `like` and `known`. KeyError for a model_type not registered (or a `like` naming one)."""
     return _resolve(model_type, ())
 
 
@@ -90,7 +126,7 @@ def _resolve(model_type: str, seen: tuple[str, ...]) -> Family:
     aliases = dict(own.aliases or {})
     types |= {alias: types[field] for alias, field in aliases.items() if alias not in types and field in types}
     return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases,
-                   encoder_decoder=bool(own.encoder_decoder))
+                   encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(own.layer_keys or DEFAULT_LAYER_KEYS))
 
 
 def model_types() -> list[str]:

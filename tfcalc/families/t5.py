@@ -5,7 +5,7 @@ table."""
 from __future__ import annotations
 
 from ..hf import refuse_if
-from .registry import Family, register
+from .registry import Difference, Family, register
 
 _BLOCK = r"(?P<stack>encoder|decoder)\.block\.\d+\.layer\.\d+\."
 COMPONENTS = [
@@ -52,8 +52,20 @@ def t5(cfg: dict, notes: list[str]) -> dict:
                 context=512)
 
 
+def untied_head(d: Difference) -> str | None:
+    """transformers 5 builds T5 from a config with its head tied: V x D fewer parameters than an untied checkpoint."""
+    head = d.spec.vocab_size * d.spec.d_model
+    if (d.config.get("tie_word_embeddings") is False and d.figure == "params" and d.component in ("head", "total")
+            and d.excess == -head):
+        return (f"tie_word_embeddings=false, so tfcalc counts the checkpoint's untied head (V x D = {head:,}); "
+                "transformers 5 ties T5's head when built from a config (docs/hf-configs.md)"
+                if d.component == "head" else "the head's V x D, above")
+    return None
+
+
 register(Family(
-    "t5", mapper=t5, components=COMPONENTS, encoder_decoder=True,
+    "t5", mapper=t5, components=COMPONENTS, encoder_decoder=True, known=untied_head,
+    layer_keys={"num_layers": "n_encoder_layers", "num_decoder_layers": "n_layers"},
     defaults=dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=None,
                   num_heads=8, relative_attention_num_buckets=32, feed_forward_proj="relu"),
     types=dict(vocab_size="size", d_model="size", d_kv="size", d_ff="size", num_layers="size",

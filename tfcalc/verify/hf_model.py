@@ -6,7 +6,7 @@ no weights, no network), with eager attention and eager experts, and one forward
 FlopCounterMode. Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
 each module's own FLOPs (its count minus its submodules') and each parameter are mapped onto tfcalc's components by
 a small table of module names per family (its `components`, tfcalc/families/); a name no rule maps is a row of its
-own, never guessed.
+own, never guessed. A row that differs as the family documents (its `known` hook) is shown explained, not failed.
 
 MoE on meta: transformers' eager experts pick their tokens with `nonzero`, which has no meta kernel (no data to
 route on). Their forward is replaced, on the instance, by a round robin over the same weights: token slot s = t*k + j
@@ -47,8 +47,9 @@ INSTALL_HINT = ("transformers is not installed: the check against transformers' 
 # model_type -> its table, for every family that has one (a view of the registry once tfcalc.hf has loaded it)
 FAMILIES: dict[str, tuple[tuple[str, str], ...]] = {t: f.components for t in registry.REGISTRY
                                                     if (f := registry.family(t)).components is not None}
-# Components transformers fuses into one module: compared with the sum of tfcalc's
-MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up")}
+# Components transformers fuses into one module: compared with the sum of tfcalc's (of those it counts)
+MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up"),
+          "attention/norm+conv/norm": ("attention/norm", "conv/norm")}  # one norm before either mixer
 
 
 def table(model_type: str) -> tuple[tuple[str, str], ...] | None:
@@ -167,16 +168,14 @@ def known_to_transformers(model_type: str | None) -> bool:
     return isinstance(model_type, str) and model_type in CONFIG_MAPPING
 
 
-def _layer_keys(model_type: str, raw: dict) -> dict[str, str]:
-    """Config field -> the spec field holding that stack's number of blocks."""
-    if model_type == "t5":
-        return {"num_layers": "n_encoder_layers", "num_decoder_layers": "n_layers"}
-    if model_type in ("bart", "mbart", "marian"):  # num_hidden_layers, when given, stands for encoder_layers
-        encoder = "num_hidden_layers" if "num_hidden_layers" in raw else "encoder_layers"
-        return {encoder: "n_encoder_layers", "decoder_layers": "n_layers"}
-    if model_type in ("gpt2", "gpt_bigcode") and "num_hidden_layers" not in raw:
-        return {"n_layer": "n_layers"}
-    return {"num_hidden_layers": "n_layers"}
+def _layer_keys(family: registry.Family, raw: dict) -> dict[str, str]:
+    """Config field -> the spec field holding that stack's number of blocks (the family's `layer_keys`), each field's
+    alias instead where the config gives one: transformers (and tfcalc.hf.unalias) read the alias over the field."""
+    keys = {}
+    for key, spec_field in family.layer_keys.items():
+        given = [alias for alias, own in family.aliases.items() if own == key and alias in raw]
+        keys[given[-1] if given else key] = spec_field  # the last, as unalias reads them
+    return keys
 
 
 _WORKLOAD_FIELDS = {"name", "seq_len", "batch_size"}
@@ -193,7 +192,7 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
     base = read_hf_config(path).spec
     raw = dict(raw)
     changed = []
-    for key, field_name in _layer_keys(model_type, raw).items():
+    for key, field_name in _layer_keys(registry.family(model_type), raw).items():
         if getattr(spec, field_name) != getattr(base, field_name):
             raw[key] = getattr(spec, field_name)
             changed.append(f"{key}={raw[key]}")
@@ -351,8 +350,8 @@ def _rows(figure: str, model_type: str, analytic: dict[str, int], measured: dict
             unmapped[re.sub(r"\.\d+\.", ".*.", name)] += value
         else:
             mapped[component] += value
-    for fused, parts in MERGED.items():  # in the place of its first part
-        if fused in mapped:
+    for fused, parts in MERGED.items():  # the sum of the parts tfcalc counts, in the place of the first of them
+        if fused in mapped:  # (none counted: a row of its own, 0 against transformers')
             first = next((k for k in analytic if k in parts), None)
             merged = sum(analytic.get(p, 0) for p in parts)
             analytic = {(fused if k == first else k): (merged if k == first else v)
@@ -369,26 +368,19 @@ def _rows(figure: str, model_type: str, analytic: dict[str, int], measured: dict
     return rows
 
 
-def _explainer(model_type: str, raw: dict, spec: ModelSpec):
-    """Say why a row differs; mark the documented differences."""
-    untied_t5 = model_type == "t5" and raw.get("tie_word_embeddings") is False
-    head = spec.vocab_size * spec.d_model
-    tp = raw.get("pretraining_tp", 1)
-    sliced_bloom = (model_type == "bloom" and raw.get("slow_but_exact") is True and type(tp) is int and tp > 1)
+def _explainer(family: registry.Family, raw: dict, spec: ModelSpec, workload: Workload | None = None):
+    """Say why a row differs; mark the documented differences (the family's `known` hook)."""
 
     def explain(row: HfRow) -> HfRow:
         if row.match:
             return row
         diff = row.transformers - row.analytic
-        if untied_t5 and row.figure == "params" and row.component in ("head", "total") and diff == -head:
-            note = ("known: tie_word_embeddings=false, so tfcalc counts the checkpoint's untied head (V x D = "
-                    f"{head:,}); transformers 5 ties T5's head when built from a config (docs/hf-configs.md)"
-                    if row.component == "head" else "known: the head's V x D, above")
-            return HfRow(row.figure, row.component, row.analytic, row.transformers, False, note, known=True)
-        if sliced_bloom and row.figure == "forward" and row.component != "total":
-            return HfRow(row.figure, row.component, row.analytic, row.transformers, False,
-                         "known: slow_but_exact with pretraining_tp > 1 runs dense and dense_4h_to_h as slices "
-                         "inside the attention and MLP modules, not in their linears (the total matches)", known=True)
+        if family.known is not None:
+            note = family.known(registry.Difference(row.figure, row.component, row.analytic, row.transformers, raw,
+                                                    spec, workload))
+            if note is not None:
+                return HfRow(row.figure, row.component, row.analytic, row.transformers, False, f"known: {note}",
+                             known=True)
         side = "transformers has" if diff > 0 else "tfcalc counts"
         return HfRow(row.figure, row.component, row.analytic, row.transformers, False,
                      f"{side} {abs(diff):,} more: the formula or the name mapping is wrong here")
@@ -413,10 +405,9 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     built from it on meta: parameters and one forward over the workload's tokens (phase train), per component.
     `overrides`: the spec flags given (named in a note when they cannot be written into the config); None: any
     field of `spec` that differs from the config's."""
+    from .. import hf
     from ..counts import count
     from .components import comparable
-
-    from .. import hf
 
     path, raw = read_raw(path)
     model_type = raw["model_type"]
@@ -447,7 +438,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
         by_module[name if component_of(model_type, name) is not None else name.rpartition(".")[0]] += n
-    explain = _explainer(model_type, raw, spec)
+    explain = _explainer(registry.family(model_type), raw, spec, work)
     mapped = table(model_type) is not None
     if not mapped:
         notes.append(f"no name table for {model_type}: totals compared, not components")
@@ -468,8 +459,8 @@ def traced(path: str | Path, overrides: dict[str, Any]) -> HfReport:
 
     path, raw = read_raw(path)
     model_type = raw["model_type"]
-    notes = [f"tfcalc does not model {model_type} yet: these are transformers' own figures, nothing to compare "
-             "(exit code 0)"]
+    notes = [(f"tfcalc does not model {model_type} yet: these are transformers' own figures, nothing to compare "
+              "(exit code 0)")]
     raw = dict(raw)
     if "n_layers" in overrides:
         raw["num_hidden_layers"] = overrides["n_layers"]
