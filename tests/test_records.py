@@ -7,12 +7,22 @@ import pytest
 
 from tfcalc import build, load_preset
 from tfcalc.arch import Group
-from tfcalc.arch.ops import AttentionCore, Elementwise, Matmul, Norm, Parallel, Record, Table, UnsupportedFigure
+from tfcalc.arch.ops import (
+    AttentionCore,
+    Conv,
+    Elementwise,
+    Matmul,
+    Norm,
+    Parallel,
+    Record,
+    Table,
+    UnsupportedFigure,
+)
 from tfcalc.counts import folds
 
 FIGURES = {  # every figure a record answers, with arguments
     "params": (), "parameters": (), "inactive_params": (), "matrix_params": (), "forward": (), "masked": (True,),
-    "non_matmul": (), "names": (), "cache": (), "cache_per_token": (), "cost": (2, 2, 2, 1), "collective": (2, 2),
+    "non_matmul": (), "names": (), "cache": (), "cache_per_token": (), "state": (), "cost": (2, 2, 2, 1), "collective": (2, 2),
     "tensors": (1, 1, False), "saved": (2, "none", Parallel()), "gemm": (), "scores": (),
 }
 
@@ -35,7 +45,8 @@ def test_every_figure_of_a_record_without_it_is_refused_by_name():
 def test_the_record_types_define_every_figure():
     records = [Matmul("mlp/up", 4, 8, 16), AttentionCore("attention", 1, 2, 4, 4, 8, 8, mask=None),
                Table("embedding/token", 10, 8), Norm("mlp/norm", "rmsnorm", 4, 8), Elementwise("residual",
-                                                                                             "residual", 32, 1)]
+                                                                                             "residual", 32, 1),
+               Conv("conv/conv", 2, 4, 8, 3, 6)]
     for record in records:
         assert set(FIGURES) <= {name for name in dir(record) if not name.startswith("_")}
         for figure in FIGURES:  # defined on the type itself, not the raising default
@@ -47,7 +58,7 @@ def test_a_fold_over_an_inventory_with_an_unknown_record_raises():
     with_scan = replace(inv, groups=(*inv.groups, Group("block (mixer)", 3, (Scan(),))))
     for fold, args in [(folds.params, ()), (folds.forward, ()), (folds.masked_attention, (False,)),
                        (folds.non_matmul, ()), (folds.kv_cache, ()), (folds.kv_per_token, ()),
-                       (folds.matmul_weights, ()), (folds.inactive_params, ())]:
+                       (folds.matmul_weights, ()), (folds.inactive_params, ()), (folds.state, ())]:
         with pytest.raises(UnsupportedFigure, match="Scan 'mixer/scan' does not define"):
             fold(with_scan, *args)
 

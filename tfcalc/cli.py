@@ -122,6 +122,8 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
         kind = enum.Enum(name, {v: v for v in typing.get_args(kind)}, type=str)
     elif typing.get_origin(kind) is list:  # attention_pattern: local,local,global
         kind, extra = str, {"parser": _words, "metavar": "A,B,..."}
+    elif typing.get_origin(kind) is dict:  # kinds: conv.kernel=4,conv.bias=true
+        kind, extra = str, {"parser": _kind_sizes, "metavar": "KIND.FIELD=VALUE,..."}
     # escaped: rich reads [d_head] in a description as markup and drops it from --help
     option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_PANEL, show_default=False,
                           **extra)
@@ -132,6 +134,26 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
 def _words(text: str) -> list[str]:
     """'local,local,global' -> ['local', 'local', 'global'] (validated by ModelSpec)."""
     return [word.strip() for word in text.split(",")]
+
+
+def _kind_sizes(text: str) -> dict[str, dict[str, Any]]:
+    """'conv.kernel=4,conv.bias=true' -> {'conv': {'kernel': 4, 'bias': True}} (validated by the kind's sizes):
+    integers and true/false as such, anything else as typed."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in (part.strip() for part in text.split(",")):
+        key, eq, value = item.partition("=")
+        kind, dot, field = key.strip().partition(".")
+        if not (eq and dot and kind and field.strip()):
+            raise typer.BadParameter(f"{item!r}: expected KIND.FIELD=VALUE (conv.kernel=4)")
+        value = value.strip()
+        parsed: Any = {"true": True, "false": False}.get(value.lower(), value)
+        if parsed is value:
+            try:
+                parsed = _integer(value)
+            except typer.BadParameter:
+                parsed = value
+        out.setdefault(kind, {})[field.strip()] = parsed
+    return out
 
 
 def _integer(text: str) -> int:

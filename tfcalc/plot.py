@@ -172,7 +172,7 @@ def _legend(ax) -> None:
 
 # ---- colours: one family of hues per kind of component --------------------------------------------------------
 
-_MAPS = {"attention": "Blues", "mlp": "Oranges", "cross_attention": "Purples", "other": "Greys"}
+_MAPS = {"attention": "Blues", "mlp": "Oranges", "cross_attention": "Purples", "mixer": "Greens", "other": "Greys"}
 
 
 def _colours(names: list[str], families: dict[str, str]) -> dict[str, Any]:

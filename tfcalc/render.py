@@ -159,6 +159,8 @@ def describe(spec: ModelSpec) -> str:
             parts.append(f"MoE every {spec.moe_every}")
     if spec.block_pattern is not None:
         parts.append(f"blocks {'/'.join(spec.block_pattern)}")
+        for name, sizes in spec.used_sizes().items():
+            parts.append(f"{name} " + " ".join(f"{k}={v}" for k, v in sizes.model_dump().items()))
     if spec.sliding_window is not None:
         where = ("/".join(spec.attention_pattern) if spec.attention_pattern is not None
                  else f"last {spec.sliding_window_layers}" if spec.sliding_window_layers is not None else "all")
@@ -254,7 +256,8 @@ def crossover_line(result: CountResult) -> str:
     where = f"at N >= {c.seq_len:,}" if c.seq_len is not None else "at no N"
     return (f"Attention (projections + scores + values) overtakes the MLP {where}. "
             f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
-            f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}.")
+            f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}"
+            + (f", other sequence mixers {pct(c.mixer_share)}." if c.mixer_share else "."))
 
 
 def count_tables(result: CountResult) -> list[Table]:
@@ -316,9 +319,17 @@ def memory_table(m) -> Table:
     rows = [["weights", f"{m.dtype}", exact(m.weights_bytes), binary_bytes(m.weights_bytes)]]
     for name, value in m.kv_cache.items():
         rows.append([f"KV cache: {name}", m.kv_dtype, exact(value), binary_bytes(value)])
-    rows += [["KV cache per token", f"{m.kv_dtype}, one sequence", exact(m.kv_bytes_per_token),
-              binary_bytes(m.kv_bytes_per_token)],
-             ["total (weights + KV cache)", "", exact(m.total_bytes), binary_bytes(m.total_bytes)]]
+    rows.append(["KV cache per token", f"{m.kv_dtype}, one sequence", exact(m.kv_bytes_per_token),
+                 binary_bytes(m.kv_bytes_per_token)])
+    state = getattr(m, "state", {})
+    act = "bf16" if m.dtype in ("fp8", "int8", "int4") else m.dtype
+    for name, value in state.items():
+        rows.append([f"state: {name}", act, exact(value), binary_bytes(value)])
+    if state:
+        rows.append(["state per sequence", f"{act}, any context", exact(m.state_bytes_per_sequence),
+                     binary_bytes(m.state_bytes_per_sequence)])
+    rows.append([f"total (weights + KV cache{' + state' if state else ''})", "", exact(m.total_bytes),
+                 binary_bytes(m.total_bytes)])
     if m.capacity_bytes is not None:
         rows += [[f"GPU: {m.gpu_name}", "memory", exact(m.capacity_bytes), binary_bytes(m.capacity_bytes)],
                  ["fits", "", "yes" if m.fits else "no", ""],
@@ -328,7 +339,8 @@ def memory_table(m) -> Table:
             rows.append(["fits with", "tensor parallel (--tp)", f"tp {smallest}" if smallest else "none up to tp 64",
                          ""])
     caption = (f"{w.phase}: B={w.batch_size}, {w.keys:,} tokens per sequence in the cache after the step. Weights and "
-               "KV cache only: activations and the runtime's own memory are not counted (docs/planning.md).")
+               f"KV cache{' and recurrent state (a constant per sequence)' if state else ''} only: activations and "
+               "the runtime's own memory are not counted (docs/planning.md).")
     tp = getattr(m, "tp", 1)
     if tp > 1:
         caption += (f" Per GPU of {tp} tensor-parallel GPUs: its share of the split weights, the replicated ones "

@@ -20,7 +20,14 @@ from .spec import ModelSpec
 
 
 def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
-    """The spec with the user's flags applied, every one of them; a changed spec is labelled with what changed."""
+    """The spec with the user's flags applied, every one of them; a changed spec is labelled with what changed.
+    `--kinds conv.kernel=4` changes that size and keeps the kind's others (and the other kinds') as the spec has
+    them."""
+    if overrides.get("kinds") is not None:
+        merged = {name: dict(sizes) for name, sizes in spec.kinds.items()}
+        for name, sizes in overrides["kinds"].items():
+            merged.setdefault(name, {}).update(sizes)
+        overrides = {**overrides, "kinds": merged}
     changed = {k: v for k, v in overrides.items() if k != "name" and getattr(spec, k) != v}
     kept = {k: v for k, v in overrides.items() if k in changed or k == "name" or k not in spec.model_fields_set}
     if not kept:

@@ -206,6 +206,11 @@ class ModelSpec(BaseModel):
                           "Nemotron-H's MLP layers); each kind with its own norms and residual add. None: attention "
                           "and, by moe_every and first_dense_layers, the MLP or the experts in every block."
     )
+    kinds: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Each block kind's own sizes, grouped under the kind's name (TOML: a [kinds.conv] table; JSON: "
+                    "{\"kinds\": {\"conv\": {\"kernel\": 3}}}), validated by the kind's own model (docs/architecture.md); "
+                    "`spec.sizes(kind)` reads them, with the kind's defaults. Only for kinds the block_pattern uses.")
 
     # multi-head latent attention (DeepSeek-V2, V3): set by kv_lora_rank; see docs/formulas.md
     kv_lora_rank: Size | None = Field(
@@ -342,6 +347,7 @@ class ModelSpec(BaseModel):
         self._check_global(problems)
         self._check_per_layer(problems)
         self._check_pattern(problems)
+        self._check_kinds(problems)
         if self.moe_beside_mlp and self.is_moe:
             for field, bad in (("norm_position", self.norm_position != "sandwich"),
                                ("n_shared_experts", self.n_shared_experts), ("shared_expert_gate",
@@ -435,6 +441,57 @@ class ModelSpec(BaseModel):
                                 f"{field}={getattr(self, field)!r}" + (" (the pattern says which blocks are MoE)"
                                                                          if field in ("moe_every",
                                                                                       "first_dense_layers") else ""))
+
+    def _check_kinds(self, problems: list[str]) -> None:
+        """kinds: sizes only for kinds with sizes of their own that the block_pattern uses, each valid by the kind's
+        model (named as kinds.<kind>.<field>=<value>); a kind's own checks of the rest of the spec."""
+        used = {k for block in self.block_pattern or () for k in block.split("+")}
+        if not self.kinds and not used:
+            return
+        from pydantic import ValidationError
+
+        from .arch.builders import KINDS
+
+        for name, given in self.kinds.items():
+            kind = KINDS.get(name)
+            if kind is None or kind.sizes is None:
+                with_sizes = [k for k, v in KINDS.items() if v.sizes is not None]
+                problems.append(f"kinds.{name}: not a block kind with sizes of its own (those are: "
+                                f"{', '.join(with_sizes) or 'none'})")
+            elif name not in used:
+                problems.append(f"kinds.{name}={given!r}: no block of the block_pattern is {name!r}")
+            else:
+                try:
+                    kind.sizes.model_validate(given)
+                except ValidationError as e:
+                    for err in e.errors():
+                        where = ".".join(str(p) for p in err["loc"])
+                        value = f"={err['input']!r}" if err["type"] != "missing" else ""
+                        problems.append(f"kinds.{name}.{where}{value}: {err['msg']}")
+        for name in sorted(used):
+            kind = KINDS.get(name)
+            if kind is not None and kind.sizes is not None:
+                try:
+                    sizes = kind.sizes.model_validate(self.kinds.get(name, {}))
+                except ValidationError:
+                    continue  # named above
+                problems.extend(sizes.problems(self))
+
+    def used_sizes(self) -> dict:
+        """The sizes of every kind the block_pattern uses that has sizes of its own, by kind, in pattern order."""
+        from .arch.builders import KINDS
+
+        used = dict.fromkeys(k for block in self.block_pattern or () for k in block.split("+"))
+        return {name: self.sizes(name) for name in used if name in KINDS and KINDS[name].sizes is not None}
+
+    def sizes(self, kind: str):
+        """The sizes of block kind `kind` (its own pydantic model), as given under kinds.<kind>, with its defaults."""
+        from .arch.builders import KINDS
+
+        model = KINDS[kind].sizes
+        if model is None:
+            raise KeyError(f"{kind!r} has no sizes of its own")
+        return model.model_validate(self.kinds.get(kind, {}))
 
     def _check_global(self, problems: list[str]) -> None:
         """The global blocks' own attention shape: refused with an encoder-decoder (cross-attention has one shape),

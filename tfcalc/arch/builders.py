@@ -92,7 +92,8 @@ class BlockKind:
 
     - `build`: its builder, Ctx -> op records.
     - `family`: the kind of work its records do, for what classifies components (the attention/MLP crossover, a
-      plot's colours): "attention", "cross_attention", "mlp" or "other".
+      plot's colours): "attention", "cross_attention", "mlp", "mixer" (a sequence mixer other than attention:
+      a short convolution) or "other".
     - `norm`: the prefix of the norms a block wraps it in (`<norm>/norm`, `<norm>/post_norm`; the reference block's
       `<norm>_norm`, `<norm>_post_norm`), or "" when it places its own.
     - `components`: (regex over a reference module's path, component) rules: inside a block (after `blocks.N.`)
@@ -102,6 +103,9 @@ class BlockKind:
       parallel block runs beside attention, `call(block, h, env)`.
     - `in_pattern`: a spec's `block_pattern` may name it (the kinds a block is made of; the others a model type
       adds: cross-attention, Gemma 4's per-layer input).
+    - `sizes`: its own sizes, a pydantic model (frozen, strict, extra forbidden) read from the spec's
+      `kinds.<name>` (`spec.sizes(name)`), with a `problems(spec) -> list[str]` method for what the rest of the
+      spec must be beside it; None: the kind reads only the spec's common fields.
     - `kept_once(ctx, recompute)`, `kept_per_stage(ctx)`: what a stack with this kind keeps for backward once per
       step, whatever its depth (on its embedding's pipeline stage; on every stage that holds some of its blocks),
       as (what, elements, bytes each; 0: the activation dtype's), for the training memory plan.
@@ -117,6 +121,7 @@ class BlockKind:
     reference: str = ""
     kept_once: Callable[[Ctx, str], list[tuple[str, int, int]]] | None = None
     kept_per_stage: Callable[[Ctx], list[tuple[str, int, int]]] | None = None
+    sizes: type | None = None
 
 
 KINDS: dict[str, BlockKind] = {}

@@ -61,7 +61,7 @@ class Inventory:
                 yield op, group.parameter_sets
 
     def families(self) -> dict[str, str]:
-        """Each component's builder family ("attention", "cross_attention", "mlp" or "other"; an attention core's
+        """Each component's builder family ("attention", "cross_attention", "mlp", "mixer" or "other"; an attention core's
         scores and values are its sublayer's)."""
         return {name: _family(op) for op, _ in self for name in op.names()}
 
@@ -75,7 +75,7 @@ class Inventory:
 
 def family(op: Op) -> str:
     """The kind of work a record does: "quadratic" for an attention core's scores and values, else its builder's
-    family ("attention", "cross_attention", "mlp", "other")."""
+    family ("attention", "cross_attention", "mlp", "mixer", "other")."""
     return "quadratic" if op.role == "core" else _family(op)
 
 

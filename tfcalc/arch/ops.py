@@ -12,6 +12,7 @@ over records; it never asks what type a record is. A record type that does not d
 - `Table`: a lookup table (token, position, token-type or relative-bias embedding): parameters, no matmul.
 - `Norm`: a LayerNorm or RMSNorm over `rows` vectors of `width`: parameters and non-matmul work.
 - `Elementwise`: activations, gates, residual adds, routing: non-matmul work only.
+- `Conv`: a depthwise causal convolution along the sequence (LFM2's short convolution), and the state it carries.
 
 A record's `role` says what it is for, so that no consumer tests a component's name: a matmul's is "" (a plain
 projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate) or "encoder_kv" (the
@@ -30,7 +31,8 @@ from ..errors import TfcalcError
 SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
 # mean/var (or mean square), normalise, affine (a layer norm without bias: no add)
 NORM_PER_ELEMENT = {"layernorm": 8, "layernorm_no_bias": 7, "rmsnorm": 4}
-NON_MATMUL_KIND = {"activation": "activations", "residual": "residual", "routing": "moe/routing"}
+NON_MATMUL_KIND = {"activation": "activations", "gate": "activations", "residual": "residual",
+                   "routing": "moe/routing"}
 STAT_BYTES = 4  # a norm's per-row statistics and the loss are fp32
 
 
@@ -132,6 +134,11 @@ class Record:
         """Cache elements one more token of one sequence adds (a window caps the total, not this)."""
         return self._missing("cache_per_token")
 
+    def state(self, tp: int = 1) -> dict[str, int]:
+        """Elements of recurrent state (a convolution's last positions) this op keeps for the next inference step,
+        on one of `tp` GPUs, per component: a constant per sequence, whatever the context."""
+        return self._missing("state")
+
     def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
         """(FLOPs, bytes moved) of one run on one of `tp` GPUs; None when it moves nothing."""
         return self._missing("cost")
@@ -221,6 +228,9 @@ class Matmul(Record):
 
     def cache_per_token(self, tp: int = 1) -> int:
         return 0
+
+    def state(self, tp: int = 1) -> dict[str, int]:
+        return {}
 
     def _shape_on(self, tp: int) -> tuple[int, int]:
         """(k, n) of one GPU's share of W."""
@@ -381,6 +391,9 @@ class AttentionCore(Record):
         # cross-attention caches the encoder's tokens, not the decoder's
         return self.cached_per_token_on(tp) if self.cached and self.mask.causal else 0
 
+    def state(self, tp: int = 1) -> dict[str, int]:
+        return {}
+
     def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
         if not self.s_q:
             return None
@@ -436,6 +449,9 @@ class _NoMatmul:
 
     def cache_per_token(self, tp: int = 1) -> int:
         return 0
+
+    def state(self, tp: int = 1) -> dict[str, int]:
+        return {}
 
     def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
         return None
@@ -549,7 +565,7 @@ class Elementwise(_NoMatmul, Record):
     input's act(gate) * its slice: 1)."""
 
     component: str
-    kind: str  # "activation", "gate", "residual", "routing"
+    kind: str  # "activation", "gate" (a multiply by a gate: LFM2's short convolution), "residual", "routing"
     elements: int
     flops_each: int
     function: str = ""
@@ -573,7 +589,8 @@ class Elementwise(_NoMatmul, Record):
         return []
 
     def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
-        elements = _ceil(self.elements, tp) if self.kind == "activation" else self.elements  # the split MLP width
+        # the split MLP width, a convolution's split channels
+        elements = _ceil(self.elements, tp) if self.kind in ("activation", "gate") else self.elements
         return (0, 2 * elements * act) if self.elements else None
 
     def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
@@ -588,4 +605,100 @@ class Elementwise(_NoMatmul, Record):
         return {"mlp": par.part(self.elements * a * kept, par.tp)} if kept else {}
 
 
-Op = Matmul | AttentionCore | Table | Norm | Elementwise
+@dataclass(frozen=True, slots=True)
+class Conv(Record):
+    """A depthwise causal convolution along the sequence (nn.Conv1d with groups = channels; LFM2's short
+    convolution): each of `channels` channels has its own `kernel` taps over its last `kernel` positions, for `b`
+    sequences of `s` new positions each.
+
+    `outputs`: the positions per sequence an eager model computes, which is more than `s`: transformers' pure-torch
+    path (causal_conv1d_fn) pads both ends by kernel - 1 and keeps the first positions, so a new sequence computes
+    s + kernel - 1; over a cache of `kernel` positions a one-token step (causal_conv1d_update) computes 2 and a
+    longer one s + 2 kernel - 1 (docs/formulas.md). `carried`: positions per channel an inference step keeps for
+    the next (kernel - 1, what the next token's taps read); 0 in training. Tensor parallelism splits the channels
+    (the projections around it are column- and row-parallel)."""
+
+    component: str
+    b: int
+    s: int
+    channels: int
+    kernel: int
+    outputs: int
+    bias: bool = False
+    carried: int = 0
+    sublayer: str = ""
+
+    role = "conv"
+
+    def params(self) -> int:
+        return self.channels * self.kernel + (self.channels if self.bias else 0)  # weight [C, 1, K], bias [C]
+
+    def parameters(self) -> dict[str, int]:
+        return {self.component: self.params()}
+
+    def inactive_params(self) -> int:
+        return 0
+
+    def matrix_params(self, tp: int = 1) -> int:
+        return 0  # not a linear layer's matrix: weight-only schemes leave it in 16 bits
+
+    def forward(self) -> dict[str, int]:
+        # FlopCounterMode's convolution: 2 x batch x output positions x weight elements (C x 1 x K)
+        return {self.component: 2 * self.b * self.outputs * self.channels * self.kernel}
+
+    def useful(self) -> int:
+        """FLOPs over the s positions the step uses (a fused causal-conv kernel's), without eager's padding."""
+        return 2 * self.b * self.s * self.channels * self.kernel
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        return {}
+
+    def non_matmul(self) -> dict[str, int]:
+        return {"bias": self.b * self.outputs * self.channels} if self.bias else {}
+
+    def names(self) -> list[str]:
+        return [self.component]
+
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        return {}
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        return 0
+
+    def state(self, tp: int = 1) -> dict[str, int]:
+        """[b, channels / tp, kernel - 1]: the last positions of the convolution's input, per sequence."""
+        return {self.component: self.b * _ceil(self.channels, tp) * self.carried} if self.carried else {}
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        if not self.s:
+            return None
+        c = _ceil(self.channels, tp)
+        flops = 2 * self.b * self.s * c * self.kernel  # a serving kernel's: the new positions only
+        # weights and bias (16-bit, never quantized), input and output, the state read and written back
+        moved = (c * self.kernel + (c if self.bias else 0)) * act + 2 * self.b * self.s * c * act \
+            + 2 * self.b * c * self.carried * act
+        return flops, moved
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        return None
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        c = _ceil(self.channels, tp)
+        return [c * self.kernel] + ([c] if self.bias else [])
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        """What the block keeps for backward around the convolution (its projections keep their own inputs):
+        the input projection's output [b, s, 3C] (its gates B and C and the values, views the two gate multiplies
+        keep), B * x [b, C, s] (the convolution's input) and the convolution's padded output [b, C, outputs] (the
+        second multiply keeps a slice of it, and so the whole). Split by channels under tensor parallelism."""
+        t, c = self.b * self.s, self.channels
+        return {"conv": par.part((3 * t * c + t * c + self.b * self.outputs * c) * a, par.tp)}
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        return None
+
+    def scores(self) -> int:
+        return 0
+
+
+Op = Matmul | AttentionCore | Table | Norm | Elementwise | Conv

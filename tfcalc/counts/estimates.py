@@ -70,6 +70,7 @@ class Crossover:
     attention_share: float  # attention's share of block FLOPs at the spec's N
     mlp_share: float
     quadratic_share: float  # scores + values' share of block FLOPs at the spec's N
+    mixer_share: float = 0.0  # other sequence mixers' (a short convolution's block: family "mixer")
 
     def to_dict(self) -> dict:
         return {
@@ -77,28 +78,42 @@ class Crossover:
             "attention_share": self.attention_share,
             "mlp_share": self.mlp_share,
             "quadratic_share": self.quadratic_share,
+            "mixer_share": self.mixer_share,
         }
 
 
 def _families(inv: Inventory) -> tuple[int, int, int]:
     """(attention projections, attention scores + values, MLP and experts) of an inventory's forward FLOPs, by the
     sublayer that made each record (an attention core's are the scores and values)."""
-    sums = {"linear": 0, "quadratic": 0, "mlp": 0, "other": 0}
+    sums = _sums(inv)
+    return sums["linear"], sums["quadratic"], sums["mlp"]
+
+
+def _sums(inv: Inventory) -> dict[str, int]:
+    sums = {"linear": 0, "quadratic": 0, "mlp": 0, "mixer": 0, "other": 0}
     for op, repeat in inv:
         kind = family(op)
         bucket = "linear" if kind in ("attention", "cross_attention") else kind if kind in sums else "other"
         sums[bucket] += repeat * sum(op.forward().values())
-    return sums["linear"], sums["quadratic"], sums["mlp"]
+    return sums
 
 
 _COEFFICIENTS: dict[tuple, tuple[int, int, int]] = {}
 
 
+def _frozen(value):
+    """A field's value as a dict key (lists and the kinds' dicts of sizes made hashable)."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
+
+
 def _coefficients(spec: ModelSpec) -> tuple[int, int, int]:
     """(a, b, m): attention's linear and quadratic FLOPs per sequence and the MLP's, per token; remembered per
     architecture (every field but the spec's own length, batch and name), so that a sweep computes them once."""
-    key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in spec.__dict__.items()
-                if k not in ("seq_len", "batch_size", "name"))
+    key = tuple((k, _frozen(v)) for k, v in spec.__dict__.items() if k not in ("seq_len", "batch_size", "name"))
     if key not in _COEFFICIENTS:
         if len(_COEFFICIENTS) >= 256:
             _COEFFICIENTS.clear()
@@ -125,10 +140,11 @@ def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
         n_cross: int | None = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
     else:  # no scores and values (blocks without attention: a block_pattern): linear against linear
         n_cross = 1 if a >= m else None
-    linear_attention, quadratic, mlp = _families(inv)
-    block = linear_attention + quadratic + mlp
+    sums = _sums(inv)
+    linear_attention, quadratic, mlp, mixer = sums["linear"], sums["quadratic"], sums["mlp"], sums["mixer"]
+    block = linear_attention + quadratic + mlp + mixer
 
     def share(n: int) -> float:
         return float(Fraction(n, block)) if block else 0.0
 
-    return Crossover(n_cross, share(linear_attention + quadratic), share(mlp), share(quadratic))
+    return Crossover(n_cross, share(linear_attention + quadratic), share(mlp), share(quadratic), share(mixer))

@@ -17,7 +17,7 @@ from .breakdown import Breakdown
 
 __all__ = ["forward", "has_window", "inactive_params",
            "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul",
-           "params", "role_params"]
+           "params", "role_params", "state"]
 
 
 def _sum(parts: Iterable[tuple[dict[str, int], int]]) -> dict[str, int]:
@@ -71,6 +71,12 @@ def kv_per_token(inv: Inventory, tp: int = 1) -> int:
     """KV-cache elements one more token of one sequence adds: keys and values of every cached self-attention layer
     (a window caps the total, not this figure; cross-attention caches the encoder's tokens, not the decoder's)."""
     return sum(repeat * op.cache_per_token(tp) for op, repeat in inv)
+
+
+def state(inv: Inventory, tp: int = 1) -> Breakdown:
+    """Elements of recurrent state kept for the next inference step, per component: a constant per sequence,
+    whatever the context (a short convolution's last kernel - 1 input positions per channel, [b, C / tp, K - 1])."""
+    return Breakdown(_sum((op.state(tp), repeat) for op, repeat in inv))
 
 
 def matmul_weights(inv: Inventory) -> int:

@@ -14,7 +14,10 @@ Conventions, stated once:
 - The KV cache holds keys and values of every cached attention (a decoder's self-attention, and its
   cross-attention to the encoder's tokens) in `kv_dtype` (default: the weights' dtype for fp32, bf16 and fp16;
   bf16 for quantized weights). A sliding-window layer keeps at most `window` tokens.
-- How many sequences fit counts the weights and the KV cache only: activations of the step and the runtime's own
+- Recurrent state (a short convolution's last kernel - 1 input positions per channel: LFM2) is a constant per
+  sequence, whatever the context, kept in the activations' dtype (the weights' for fp32, bf16 and fp16; bf16 for
+  quantized weights), apart from the KV cache; tensor parallelism splits its channels.
+- How many sequences fit counts the weights, the KV cache and the state only: activations of the step and the runtime's own
   memory (CUDA context, allocator slack; vLLM leaves 10% by default) are not counted.
 - Tensor parallelism over `tp` GPUs (Megatron-LM's split, as vLLM serves): the figures are one GPU's. Column-
   parallel linears keep n / tp of their outputs (and bias), row-parallel ones k / tp of their inputs (their bias
@@ -24,7 +27,7 @@ Conventions, stated once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from math import ceil
 
@@ -54,6 +57,7 @@ class InferenceMemory:
     weights_bytes: int
     kv_cache: Breakdown  # bytes per cached attention component, for the whole workload
     kv_bytes_per_token: int  # one more token of one sequence, every layer (before a window caps the total)
+    state: Breakdown = field(default_factory=lambda: Breakdown({}))  # bytes of recurrent state per component, for the whole workload
     capacity_bytes: int | None = None  # the GPU's memory, when one is named
     gpu_name: str | None = None
     tp: int = 1  # tensor-parallel GPUs: every figure is one GPU's
@@ -66,8 +70,16 @@ class InferenceMemory:
         return self.kv_cache.total
 
     @property
+    def state_bytes(self) -> int:
+        return self.state.total
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        return self.state_bytes // self.workload.batch_size
+
+    @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes
+        return self.weights_bytes + self.kv_cache_bytes + self.state_bytes
 
     @property
     def fits(self) -> bool | None:
@@ -75,10 +87,11 @@ class InferenceMemory:
 
     @property
     def max_sequences(self) -> int | None:
-        """Sequences of this workload's length whose KV cache fits beside the weights (None without a GPU)."""
+        """Sequences of this workload's length whose KV cache and state fit beside the weights (None without a
+        GPU)."""
         if self.capacity_bytes is None:
             return None
-        per_sequence = self.kv_cache_bytes // self.workload.batch_size
+        per_sequence = (self.kv_cache_bytes + self.state_bytes) // self.workload.batch_size
         room = self.capacity_bytes - self.weights_bytes
         return max(0, room) // per_sequence if per_sequence else None
 
@@ -88,6 +101,8 @@ class InferenceMemory:
             "dtype": self.dtype, "kv_dtype": self.kv_dtype,
             "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
             "kv_cache_components": self.kv_cache.to_dict(), "kv_bytes_per_token": self.kv_bytes_per_token,
+            "state_bytes": self.state_bytes, "state_components": self.state.to_dict(),
+            "state_bytes_per_sequence": self.state_bytes_per_sequence,
             "total_bytes": self.total_bytes, "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes,
             "fits": self.fits, "max_sequences": self.max_sequences, "tp": self.tp, "smallest_tp": self.smallest_tp,
         }
@@ -135,19 +150,22 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     size = DTYPE_BYTES[kv_dtype]
     weights = weights_bytes(spec, dtype, tp)
     cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv, tp).items()})
+    act = DTYPE_BYTES["bf16" if dtype in QUANTIZED else dtype]
+    state = Breakdown({name: int(n * act) for name, n in folds.state(inv, tp).items()})
     plan = InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights, cache,
-                           int(folds.kv_per_token(inv, tp) * size), capacity_bytes, gpu_name, tp)
+                           int(folds.kv_per_token(inv, tp) * size), state, capacity_bytes, gpu_name, tp)
     if plan.fits is False:
-        plan = replace(plan, smallest_tp=_smallest_tp(spec, inv, dtype, size, capacity_bytes, tp))
+        plan = replace(plan, smallest_tp=_smallest_tp(spec, inv, dtype, size, act, capacity_bytes, tp))
     return plan
 
 
 MAX_TP = 64  # the largest tensor-parallel size the fit search tries (eight nodes of eight)
 
 
-def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, capacity: int, tp: int) -> int | None:
-    """The smallest power of two above `tp`, up to MAX_TP, that the heads take and at which one GPU's weights and
-    KV cache fit in `capacity`."""
+def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, act: Fraction, capacity: int,
+                 tp: int) -> int | None:
+    """The smallest power of two above `tp`, up to MAX_TP, that the heads take and at which one GPU's weights, KV
+    cache and state fit in `capacity`."""
     n = tp * 2
     while n <= MAX_TP:
         try:
@@ -155,7 +173,8 @@ def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, capacity: 
         except TfcalcError:
             n *= 2
             continue
-        if weights_bytes(spec, dtype, n) + int(folds.kv_cache(inv, n).total * kv_size) <= capacity:
+        if (weights_bytes(spec, dtype, n) + int(folds.kv_cache(inv, n).total * kv_size)
+                + int(folds.state(inv, n).total * act) <= capacity):
             return n
         n *= 2
     return None
