@@ -101,6 +101,7 @@ FIXTURES: dict[str, list[tuple[str, Callable[[Any], dict[str, dict]]]]] = {
     "test_hf_deepseek": [("DEEPSEEK_V3", _one), ("PUBLISHED_V2", _first), ("BASE_V3", _one)],
     "test_hf_smollm3_cohere2": [("SMOLLM3_3B", _one)],
     "test_check_hf": [("CONFIGS", _typed)],
+    "test_hf_lfm2": [("LFM2_1_2B", _one), ("LFM2_8B_A1B", _one)],
 }
 
 

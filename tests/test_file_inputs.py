@@ -371,12 +371,20 @@ BASE = {
                 norm_type="layernorm", tie_word_embeddings=False,
                 attn_config={"clip_qkv": 6.0, "softmax_scale": 0.5, "alibi_bias_max": 4, "prefix_lm": True}),
 }
+BASE["lfm2"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, block_multiple_of=16,
+                    block_ffn_dim_multiplier=1.5, conv_bias=True, layer_types=["conv", "full_attention"] * 2)
+BASE["lfm2_moe"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        intermediate_size=96, moe_intermediate_size=32, max_position_embeddings=32, vocab_size=100,
+                        num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+                        layer_types=["conv", "full_attention"] * 2)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
 ACCEPTS = {
     "bool": lambda v: type(v) is bool, "bool?": lambda v: v is None or type(v) is bool,
     "int": lambda v: type(v) is int, "size": lambda v: type(v) is int, "count": lambda v: type(v) is int,
+    "number": lambda v: type(v) in (int, float),
     "int?": lambda v: v is None or type(v) is int, "size?": lambda v: v is None or type(v) is int,
     "str": lambda v: type(v) is str, "str?": lambda v: v is None or type(v) is str,
     "integers?": lambda v: v is None or type(v) is list and all(type(x) is int for x in v),
@@ -443,7 +451,7 @@ def test_types_are_the_ones_transformers_declares(model_type):
     assert checked >= len(DEFAULTS[model_type]) - sum(t == model_type for t, _ in STRICTER)
 
 
-EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "size": "an integer",
+EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "number": "a number", "size": "an integer",
                    "count": "an integer", "int?": "an integer or null", "size?": "an integer or null",
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
                    "integers?": "a list of integers or null", "object?": "an object or null",
@@ -597,7 +605,7 @@ _names = st.sampled_from(["silu", "gelu", "gelu_new", "relu", "relu6", "gated-ge
                           "relative_key", "full_attention", "sliding_attention"]) | st.text(max_size=8)
 _sizes = st.integers(1, 64) | st.integers(-2, 2) | st.integers(10**20, 10**4000)
 OWN_TYPE = {
-    "bool": st.booleans(), "int": _sizes, "size": _sizes, "count": _sizes, "int?": st.none() | _sizes,
+    "bool": st.booleans(), "int": _sizes, "number": st.floats(0.1, 4) | st.integers(-2, 4), "size": _sizes, "count": _sizes, "int?": st.none() | _sizes,
     "size?": st.none() | _sizes, "str": _names, "str?": st.none() | _names,
     "integers?": st.none() | st.lists(_sizes, max_size=4),
     "strings?": st.none() | st.lists(_names, min_size=4, max_size=4) | st.lists(_names, max_size=5),
@@ -704,6 +712,12 @@ DIRECT |= {
                 tie_word_embeddings="tie_embeddings", num_hidden_layers="n_layers", num_attention_heads="n_heads",
                 hidden_size="d_model"),
 }
+_LFM2_DIRECT = dict(hidden_size="d_model", num_attention_heads="n_heads", num_key_value_heads="n_kv_heads",
+                    head_dim="d_head", vocab_size="vocab_size", tie_word_embeddings="tie_embeddings",
+                    tie_embedding="tie_embeddings")
+DIRECT["lfm2"] = _LFM2_DIRECT  # intermediate_size is not direct: Lfm2MLP's width rule
+DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
+                                         num_experts_per_tok="top_k", num_experts="n_experts")
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 
 

@@ -136,7 +136,10 @@ NOT_ALIASED = {
     **dict.fromkeys((("t5", alias) for alias in ("hidden_size", "num_attention_heads", "num_hidden_layers",
                                                  "head_dim")), "not read: T5's own names (d_model, ...) are"),
 }
-EXTRA_ALIASES = {("bloom", "n_embed"): "BloomConfig pops n_embed from its kwargs into hidden_size"}
+EXTRA_ALIASES = {("bloom", "n_embed"): "BloomConfig pops n_embed from its kwargs into hidden_size",
+                 ("lfm2", "tie_embedding"): "Lfm2Config pops tie_embedding from its kwargs into tie_word_embeddings",
+                 ("lfm2", "block_ff_dim"): "Lfm2Config pops block_ff_dim from its kwargs into intermediate_size",
+                 ("lfm2_moe", "tie_embedding"): "Lfm2MoeConfig pops tie_embedding into tie_word_embeddings"}
 
 
 def test_aliases_are_transformers_attribute_map():

@@ -49,6 +49,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "bool?": (TypeAdapter(StrictBool | None), "a boolean (true or false) or null", ""),
     "float?": (TypeAdapter(_Float | None), "a float (50.0, not 50) or null", ""),
     "int": (TypeAdapter(StrictInt), "an integer", ""),
+    "number": (TypeAdapter(StrictInt | StrictFloat), "a number", ""),  # float | int (LFM2's ffn multiplier)
     "int?": (TypeAdapter(StrictInt | None), "an integer or null", ""),
     "size": (TypeAdapter(_Size), "an integer", "a positive integer"),
     "size?": (TypeAdapter(_Size | None), "an integer or null", "a positive integer or null"),
