@@ -562,7 +562,7 @@ class Elementwise(_NoMatmul, Record):
     """Non-matmul work: `elements` elements at an estimated `flops_each` FLOPs each. `function`: an activation's
     (gelu, silu, relu, ...): what it keeps for backward differs (relu its output, the others their input).
     `multiplies`: tensors the multiply after an activation keeps (a gated MLP's act(gate) * up: 2; a per-layer
-    input's act(gate) * its slice: 1)."""
+    input's act(gate) * its slice: 1). `kept`: the elements a gate's multiplies keep (kind "gate")."""
 
     component: str
     kind: str  # "activation", "gate" (a multiply by a gate: LFM2's short convolution), "residual", "routing"
@@ -570,6 +570,7 @@ class Elementwise(_NoMatmul, Record):
     flops_each: int
     function: str = ""
     multiplies: int = 0
+    kept: int = 0  # elements a gate multiply keeps for backward (its operands), split over tensor-parallel GPUs
     sublayer: str = ""
 
     @property
@@ -597,6 +598,8 @@ class Elementwise(_NoMatmul, Record):
         return []
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        if self.kind == "gate":  # what its multiplies keep (LFM2's: the input projection's output B, C, x)
+            return {"gates": par.part(self.kept * a, par.tp)} if self.kept else {}
         if self.kind != "activation":
             return {}
         # the activation keeps its input (relu: its output, which the next op keeps anyway), and the multiply
@@ -615,8 +618,9 @@ class Conv(Record):
     path (causal_conv1d_fn) pads both ends by kernel - 1 and keeps the first positions, so a new sequence computes
     s + kernel - 1; over a cache of `kernel` positions a one-token step (causal_conv1d_update) computes 2 and a
     longer one s + 2 kernel - 1 (docs/formulas.md). `carried`: positions per channel an inference step keeps for
-    the next (kernel - 1, what the next token's taps read); 0 in training. Tensor parallelism splits the channels
-    (the projections around it are column- and row-parallel)."""
+    the next (kernel - 1, what the next token's taps read); 0 in training. `output_kept`: the op after it keeps its
+    output for backward (a multiply, an activation), which is a slice of the padded output, so the whole padded
+    output stays. Tensor parallelism splits the channels (the projections around it are column- and row-parallel)."""
 
     component: str
     b: int
@@ -626,6 +630,7 @@ class Conv(Record):
     outputs: int
     bias: bool = False
     carried: int = 0
+    output_kept: bool = False
     sublayer: str = ""
 
     role = "conv"
@@ -687,12 +692,10 @@ class Conv(Record):
         return [c * self.kernel] + ([c] if self.bias else [])
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
-        """What the block keeps for backward around the convolution (its projections keep their own inputs):
-        the input projection's output [b, s, 3C] (its gates B and C and the values, views the two gate multiplies
-        keep), B * x [b, C, s] (the convolution's input) and the convolution's padded output [b, C, outputs] (the
-        second multiply keeps a slice of it, and so the whole). Split by channels under tensor parallelism."""
-        t, c = self.b * self.s, self.channels
-        return {"conv": par.part((3 * t * c + t * c + self.b * self.outputs * c) * a, par.tp)}
+        """Its input [b, C, s] (the convolution's backward reads it) and, when the next op keeps a slice of its
+        output, the padded output [b, C, outputs]. Split by channels under tensor parallelism."""
+        kept = self.b * self.s * self.channels + (self.b * self.outputs * self.channels if self.output_kept else 0)
+        return {"conv": par.part(kept * a, par.tp)}
 
     def gemm(self) -> tuple[int, int, int] | None:
         return None
