@@ -168,6 +168,28 @@ def _integer(text: str) -> int:
 
 SPEC_FIELDS = list(ModelSpec.model_fields)
 _SPEC_PARAMETERS = [_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()]
+# --revision, with every command that takes a model: the revision of a Hugging Face id (--hf-config ORG/NAME)
+_REVISION = inspect.Parameter("revision", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+    Optional[str], typer.Option("--revision", show_default=False, help=(
+        "With a Hugging Face id (--hf-config ORG/NAME, or compare's ORG/NAME arguments): its branch, tag or "
+        "commit (default: main)."))])
+
+
+def _hub_models(kwargs: dict) -> None:
+    """--hf-config ORG/NAME (and compare's ORG/NAME arguments) -> the cached config.json, at --revision."""
+    from . import hub
+
+    revision = kwargs.pop("revision", None)
+    if "models" in kwargs:
+        ids = [m for m in kwargs["models"] or () if hub.is_id(m)]
+        if revision is not None and not ids:
+            raise TfcalcError(f"--revision {revision}: a revision picks the config.json of a Hugging Face id "
+                              "(ORG/NAME); no model given is one")
+        kwargs["models"] = [str(hub.config_path(m, revision)) if hub.is_id(m) else m for m in kwargs["models"]]
+    elif "hf_config" in kwargs:
+        kwargs["hf_config"] = hub.resolve(kwargs["hf_config"], revision)
+    elif revision is not None:
+        raise TfcalcError(f"--revision {revision}: this command takes no Hugging Face id")
 
 
 def spec_flags(func=None, *, exclude: tuple[str, ...] = ()):
@@ -181,6 +203,7 @@ def spec_flags(func=None, *, exclude: tuple[str, ...] = ()):
 
     @functools.wraps(func)
     def wrapper(**kwargs):
+        _hub_models(kwargs)
         overrides = {}
         for name in fields:
             value = kwargs.pop(name)
@@ -188,7 +211,7 @@ def spec_flags(func=None, *, exclude: tuple[str, ...] = ()):
                 overrides[name] = value.value if isinstance(value, enum.Enum) else value
         return func(overrides=overrides, **kwargs)
 
-    added = [p for p in _SPEC_PARAMETERS if p.name in fields]
+    added = [p for p in _SPEC_PARAMETERS if p.name in fields] + [_REVISION]
     wrapper.__signature__ = signature.replace(parameters=kept + added)
     return wrapper
 
@@ -199,8 +222,10 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json: one object of exact integers.")]
 PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="A preset name (`tfcalc presets`).")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", "-s", help="A spec file, TOML or JSON.")]
-HfOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A Hugging Face config.json, or a folder "
-                                                                   "holding one.")]
+HfOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A Hugging Face config.json, a folder "
+                                                                   "holding one, or a model's id on the hub "
+                                                                   "(ORG/NAME: its config.json only, from the local "
+                                                                   "cache first; --revision).")]
 
 
 class Phase(str, enum.Enum):
@@ -313,6 +338,7 @@ def sweep_flags(func):
 
     @functools.wraps(func)
     def wrapper(**kwargs):
+        _hub_models(kwargs)
         overrides, axes = {}, {}
         for name in SPEC_FIELDS:
             value = kwargs.pop(name)
@@ -322,7 +348,7 @@ def sweep_flags(func):
                 overrides[name] = value.value if isinstance(value, enum.Enum) else value
         return func(overrides=overrides, axes=axes, **kwargs)
 
-    added = [_sweep_parameter(p.name) if p.name in _INT_FIELDS else p for p in _SPEC_PARAMETERS]
+    added = [_sweep_parameter(p.name) if p.name in _INT_FIELDS else p for p in _SPEC_PARAMETERS] + [_REVISION]
     wrapper.__signature__ = signature.replace(parameters=kept + added)
     return wrapper
 
@@ -489,7 +515,7 @@ def compare_cmd(
     overrides: dict,
     axes: dict,
     models: Annotated[list[str], typer.Argument(help="Preset names, spec files (.toml/.json) or Hugging Face "
-                                                     "configs (config.json or its folder).")],
+                                                     "configs (config.json, its folder, or an id ORG/NAME).")],
     phase: PhaseOpt = None,
     context: SweepContextOpt = None,
     src_len: SweepSrcLenOpt = None,

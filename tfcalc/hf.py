@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
+from . import hub
 from .errors import TfcalcError, validation_lines
 from .loading import SpecFile, as_path, parse_json, read_text_file
 from .spec import ModelSpec
@@ -70,7 +71,9 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
 
 
 def find_config(path: str | Path) -> Path:
-    """The config.json at `path`, or in the folder `path`."""
+    """The config.json at `path`, or in the folder `path`, or of the Hugging Face id `path` (tfcalc.hub)."""
+    if isinstance(path, (str, Path)) and hub.is_id(path):  # ORG/NAME, no such path here: the hub's config.json
+        return hub.config_path(str(path))
     path = as_path(path, "Hugging Face config")
     for candidate in (path, path / "config.json"):
         try:
@@ -117,7 +120,8 @@ def read_hf_config(path: str | Path) -> SpecFile:
         notes.append(f"seq_len capped at {SEQ_LEN_CAP:,} (max_position_embeddings={max_positions:,}); "
                      "use --seq-len to change it")
     fields.setdefault("seq_len", seq_len)
-    name = cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or model_type
+    name = (hub.repo_of(path) or cfg.get("_name_or_path")
+            or (path.parent.name if path.name == "config.json" else path.stem) or model_type)
     try:
         spec = ModelSpec.model_validate({"name": name, **fields})
     except ValidationError as e:

@@ -78,10 +78,12 @@ def _from_flags(overrides: dict[str, Any]) -> ModelSpec:
 
 
 def model_arg(name: str) -> tuple[str | None, Path | None, Path | None]:
-    """A model on the command line: (preset, spec file, Hugging Face config). A folder, or a JSON file with a
-    model_type, is a Hugging Face config; another .toml or .json file is a spec file; anything else a preset."""
+    """A model on the command line: (preset, spec file, Hugging Face config). A folder, a Hugging Face id
+    (ORG/NAME where no such path exists), or a JSON file with a model_type, is a Hugging Face config; another .toml or .json file is a spec file; anything else a preset."""
+    from . import hub
+
     path = Path(name)
-    if path.is_dir():
+    if path.is_dir() or hub.is_id(name):  # a folder, or ORG/NAME on the hub (read through its cached config.json)
         return None, None, path
     if name.lower().endswith(".json") and path.is_file():
         try:
