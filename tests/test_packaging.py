@@ -21,3 +21,22 @@ def test_wheel_contains_presets_and_loads_them(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(unpacked)},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(unpacked / "tfcalc" / "presets"), "124439808"]
+
+
+BARE = ("import sys; sys.modules['torch'] = None; sys.modules['fvcore'] = None; sys.modules['transformers'] = None; "
+        "sys.modules['matplotlib'] = None; from tfcalc.cli import main; sys.argv = ['tfcalc', *sys.argv[1:]]; main()")
+
+
+def test_a_bare_install_says_which_extra_in_one_line():
+    """README's main job installs tfcalc without extras: the commands that need torch say so in one line, exit 2;
+    the rest work (torch and the others made unimportable in a child process)."""
+    for args, said in [(["check", "-p", "gpt2", "-N", "64"], "tfcalc check needs torch"),
+                       (["check", "--memory", "-p", "gpt2", "-N", "64"], "tfcalc check --memory needs torch"),
+                       (["profile", "-p", "gpt2", "-N", "64"], "tfcalc profile needs torch"),
+                       (["count", "-p", "gpt2", "-N", "64,128", "--plot", "x.png"], "--plot needs matplotlib")]:
+        r = subprocess.run([sys.executable, "-c", BARE, *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr and "pip install" in r.stderr, \
+            (args, r.stderr)
+    r = subprocess.run([sys.executable, "-c", BARE, "count", "-p", "gpt2", "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and '"total": 124439808' in r.stdout

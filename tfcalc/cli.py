@@ -612,7 +612,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
                       recompute, fmt, as_json)
         return
-    import_torch()
+    import_torch("tfcalc check")
     from .verify import check
 
     fmt = Format.json if as_json else fmt
@@ -677,7 +677,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
             raise TfcalcError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
     if optimizer == "adam8bit":
         raise TfcalcError("optimizer='adam8bit': bitsandbytes' 8-bit Adam cannot be measured here (adamw or sgd)")
-    import_torch()
+    import_torch("tfcalc check --memory")
     from .verify.checker import DEVICES
     from .verify.memory_check import check_memory
 
@@ -751,7 +751,7 @@ def profile_cmd(
         raise TfcalcError(f"--plot {str(plot)!r}: profile draws measured against predicted time over N; give a "
                           "list of lengths (--seq-len 256,512,1024)")
     plot_path = _plot_start(plot)
-    import_torch()
+    import_torch("tfcalc profile")
     from .profile.runner import resolve_device
 
     specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]

@@ -30,8 +30,15 @@ def held_interrupts():
         raise KeyboardInterrupt
 
 
-def import_torch():
-    """torch, imported with SIGINT held (see the module docstring)."""
-    with held_interrupts():
-        import torch
+def import_torch(what: str = "this command"):
+    """torch, imported with SIGINT held (see the module docstring); not installed: one line saying which extra
+    (tfcalc's plain install counts, plans and compares without it)."""
+    try:
+        with held_interrupts():
+            import torch
+    except ImportError as e:
+        from .errors import TfcalcError
+
+        raise TfcalcError(f"{what} needs torch ({e.name or 'torch'} cannot be imported): pip install "
+                          "'tfcalc[torch]' (pip install torch==2.13.0 first for a CPU build)") from None
     return torch
