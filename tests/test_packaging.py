@@ -1,5 +1,6 @@
 """The wheel ships the presets, and an installed wheel finds them."""
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -40,3 +41,19 @@ def test_a_bare_install_says_which_extra_in_one_line():
     r = subprocess.run([sys.executable, "-c", BARE, "count", "-p", "gpt2", "--json"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and '"total": 124439808' in r.stdout
+
+
+def test_any_locale_and_encoding_gets_its_output_without_a_traceback():
+    """LC_ALL=C with PYTHONIOENCODING=ascii (containers, CI) or a Latin-1 console: tables and notes fall back to
+    ASCII stand-ins (rich draws ASCII boxes), never a UnicodeEncodeError."""
+    commands = [["count", "-p", "lfm2-1.2b"], ["memory", "-p", "llama3-8b", "--context", "4096", "--gpu", "h100"],
+                ["infer", "-p", "llama3-8b", "--context", "4096", "--gpu", "h100"],
+                ["train", "-p", "gpt2", "--tokens", "1e9", "--gpu", "h100", "--gpus", "8"], ["presets"],
+                ["count", "--help"]]
+    for env in ({"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}):
+        for args in commands:
+            r = subprocess.run([sys.executable, "-m", "tfcalc", *args], capture_output=True, timeout=120,
+                               env={**os.environ, **env, "COLUMNS": "100"})
+            assert r.returncode == 0 and b"Traceback" not in r.stderr, (env, args, r.stderr[-300:])
+            if env["PYTHONIOENCODING"] == "ascii":
+                r.stdout.decode("ascii")  # every byte ASCII

@@ -1,6 +1,7 @@
 """`tfcalc` and `python -m tfcalc`."""
 
 import atexit
+import codecs
 import errno
 import gc
 import os
@@ -12,6 +13,31 @@ PURE_PYTHON = {"count", "compare", "presets", "memory", "train", "infer"}
 EXIT_INTERRUPTED, EXIT_WRITE_FAILED = 130, 1
 
 
+# What tables and notes use beyond ASCII, and what a terminal that cannot show them gets instead (LC_ALL=C with
+# PYTHONIOENCODING=ascii, a Latin-1 console, ...); anything else becomes '?'. rich draws its boxes in ASCII itself.
+ASCII = {"·": ".", "✓": "ok", "✗": "x", "×": "x", "−": "-", "–": "-", "—": "-", "≤": "<=", "≥": ">=", "≈": "~",
+         "…": "...", "→": "->", "←": "<-", "²": "^2", "³": "^3", "µ": "u", "█": "#", "▏": "|", "┃": "|", "━": "-"}
+
+
+def _to_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
+    text = error.object[error.start:error.end]
+    return "".join(ASCII.get(c, "?") for c in text), error.end
+
+
+def _encodable_output() -> None:
+    """stdout and stderr that cannot encode tfcalc's characters write ASCII stand-ins instead of raising."""
+    codecs.register_error("tfcalc-ascii", _to_ascii)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "·✓−≤".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            try:
+                stream.reconfigure(errors="tfcalc-ascii")
+            except (AttributeError, ValueError):  # not a TextIOWrapper (a test's capture): leave it
+                pass
+
+
 def main() -> None:
     """Run the command; then make sure its output was written. Ctrl-C at any point (start-up included) exits with
     130 and one line; an output that cannot be written (a full disk, a closed pipe) with 1."""
@@ -19,6 +45,7 @@ def main() -> None:
     # with torch installed that scan costs 0.14 s of `tfcalc count`'s 0.7 s here (benchmarks/startup.py).
     # The CLI uses no plugins. Library users keep theirs, and setting the variable yourself still wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _encodable_output()
     if len(sys.argv) > 1 and sys.argv[1] in PURE_PYTHON:
         # Such a run allocates the long-lived objects of its imports (modules, classes, pydantic's schema) and
         # little else: the collector's passes over them, during start-up and at exit, find nothing to free and
