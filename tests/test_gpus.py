@@ -1,6 +1,7 @@
 """The accelerator table (tfcalc.plan.gpus): figures pinned to datasheets, dense not sparse, memory in GiB, lookup
 by every name, and no torch on import."""
 
+import json
 import subprocess
 import sys
 from decimal import Decimal
@@ -228,3 +229,20 @@ def test_profile_datasheet_reads_this_table():
         assert [peaks["bf16"], peaks["fp16"], peaks["tf32"], peaks["fp32"]] == expected, device
     assert datasheet_for("NVIDIA H200 NVL").peaks["bf16"] == 835_500_000_000_000  # was the H200 SXM's 989.4
     assert datasheet_for("Some Other GPU") is None
+
+
+def test_the_gpus_command_lists_the_table_exactly():
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+    from tfcalc.plan.gpus import list_gpus
+
+    runner = CliRunner()
+    doc = json.loads(runner.invoke(app, ["gpus", "--json"]).output)
+    assert list(doc) == [g.aliases[0] for g in list_gpus()]
+    h100 = doc["h100-sxm"]
+    assert h100["memory_bytes"] == 80 * 2**30 and h100["peak_flops_per_s"]["bf16"] == 989_400_000_000_000
+    assert h100["bandwidth_bytes_per_s"] == 3_350_000_000_000 and "datasheet" in h100["source"]
+    table = runner.invoke(app, ["gpus"], env={"COLUMNS": "200"}).output
+    assert "1,978.9" in table and "H100 SXM" in table  # exact decimals: 1,978,900,000,000,000 FLOP/s
+    assert "(`tfcalc gpus` lists them)" in runner.invoke(app, ["memory", "-p", "gpt2", "--gpu", "h100-sxn"]).output

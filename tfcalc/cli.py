@@ -1153,6 +1153,29 @@ def presets_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None
         _print_tables([render.presets_table(entries)], fmt)
 
 
+@app.command("gpus")
+def gpus_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """The GPUs --gpu takes: memory, bandwidth, dense peak FLOP/s per dtype, the GPU-to-GPU link, each source."""
+    from .plan.gpus import list_gpus
+
+    gpus = list_gpus()
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({g.aliases[0]: {
+            "name": g.name, "aliases": list(g.aliases), "memory_bytes": g.memory_bytes,
+            "bandwidth_bytes_per_s": g.bandwidth_bytes_per_s, "peak_flops_per_s": dict(g.peak_flops),
+            "link_bytes_per_s": g.link_bytes_per_s, "link": g.link, "source": g.source} for g in gpus}))
+    elif fmt is Format.csv:
+        dtypes = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+        rows = [[g.aliases[0], g.name, g.memory_bytes, g.bandwidth_bytes_per_s,
+                 *(g.peak_flops.get(d, "") for d in dtypes), g.link_bytes_per_s or "", g.source] for g in gpus]
+        typer.echo(render.to_csv(["gpu", "name", "memory_bytes", "bandwidth_bytes_per_s",
+                                  *(f"peak_{d}_flops_per_s" for d in dtypes), "link_bytes_per_s", "source"], rows),
+                   nl=False)
+    else:
+        _print_tables([render.gpus_table(gpus)], fmt)
+
+
 def main() -> None:
     """The console entry point. typer turns every registered command into a click command, options and all, on
     each run (11 ms for all five here, 2 ms for `count` alone); only the command being run is built. `tfcalc`,

@@ -480,6 +480,31 @@ def presets_table(entries: list[tuple[str, str, CountResult, str]]) -> Table:
                  right={2, 3, 4, 5}, aside=6)
 
 
+def _decimal(n: int, unit: int) -> str:
+    """n / unit written exactly (no rounding), with thousands separators: 1978900000000000 / 1e12 -> 1,978.9."""
+    from decimal import Decimal
+
+    q = (Decimal(n) / Decimal(unit)).normalize()
+    return f"{q:,f}"
+
+
+def gpus_table(gpus) -> Table:
+    """The datasheet table `--gpu` reads: memory, bandwidth, dense peaks per dtype, the link, each row's source."""
+    dtypes = ("bf16", "fp8", "fp32", "fp16", "tf32", "int8")
+    rows = []
+    for g in gpus:
+        peaks = [_decimal(g.peak_flops[d], 10**12) if g.peak_flops.get(d) else "-" for d in dtypes]
+        link = _decimal(g.link_bytes_per_s, 10**9) if g.link_bytes_per_s else "-"
+        rows.append([", ".join(g.aliases), g.name, binary_bytes(g.memory_bytes),
+                     _decimal(g.bandwidth_bytes_per_s, 10**12), *peaks, link,
+                     g.source + (f"; link: {g.link}" if g.link else "")])
+    return Table("GPUs (--gpu NAME)", ["--gpu", "GPU", "memory", "TB/s", *(f"{d} TFLOP/s" for d in dtypes),
+                                       "link GB/s", "source"], rows,
+                 "dense peak FLOP/s from the datasheets (int8: TOP/s); memory bandwidth in TB/s, the GPU-to-GPU "
+                 "link one way in GB/s; --format json gives exact integers",
+                 right=set(range(2, 11)), aside=11, optional=[7, 8, 9])
+
+
 # ---- fitting a table to a terminal ----------------------------------------------------------------
 # A number is never cut, folded or wrapped. A table wider than the terminal is drawn, in this order: with its
 # long `aside` column under it; without its optional columns; with exact integers in readable units; split

@@ -241,4 +241,4 @@ def lookup(name: str) -> Gpu:
     close = difflib.get_close_matches(_key(name), list(_BY_KEY), n=3, cutoff=0.5)
     hint = (f"did you mean {', '.join(close)}?" if close
             else f"known: {', '.join(g.aliases[0] for g in GPUS)}")
-    raise TfcalcError(f"unknown GPU {name!r}; {hint}")
+    raise TfcalcError(f"unknown GPU {name!r}; {hint} (`tfcalc gpus` lists them)")
