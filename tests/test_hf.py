@@ -417,7 +417,7 @@ def test_default_seq_len_is_the_context_capped(tmp_path):
         ({"model_type": "t5", "feed_forward_proj": "gated-swish"}, "feed_forward_proj='gated-swish' is not modelled"),
         ({"model_type": "llama", "hidden_act": "gelu_10"}, "hidden_act='gelu_10' is not modelled"),
         ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size='4096': expected an integer"),
-        ({"model_type": "llama", "num_attention_heads": 5}, "d_model=4096 is not divisible by n_heads=5"),
+        ({"model_type": "llama", "num_attention_heads": 5}, "hidden_size=4096 is not divisible by num_attention_heads=5; give head_dim"),
         ({"model_type": "opt", "word_embed_proj_dim": 512}, "word_embed_proj_dim=512 is not modelled: it differs "
                                                             "from hidden_size=768"),
         ({"model_type": "opt", "layer_norm_elementwise_affine": False},
@@ -556,3 +556,21 @@ def test_flan_t5_presets_are_transformers_plus_the_untied_head(size, d_model, d_
     total = count(load_preset(name)).params.total
     assert total == tied + 32128 * d_model
     assert f"{total:,}" in find_preset(name).source and f"{tied:,}" in find_preset(name).source
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"model_type": "gpt2", "n_embd": 50, "n_head": 6, "n_layer": 1, "vocab_size": 10},
+     "n_embd=50 is not divisible by n_head=6"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 12, "num_key_value_heads": 5,
+      "num_hidden_layers": 1, "vocab_size": 10, "intermediate_size": 8}, "num_key_value_heads=5 does not divide "
+                                                                         "num_attention_heads=12"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 12, "num_hidden_layers": 1,
+      "vocab_size": 10, "intermediate_size": 8}, "hidden_size=64 is not divisible by num_attention_heads=12; give "
+                                                 "head_dim"),
+])
+def test_a_refusal_of_a_config_quotes_its_own_field_names(tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(TfcalcError) as e:
+        read_hf_config(path)
+    assert message in str(e.value) and "n_kv_heads" not in str(e.value) and "d_model" not in str(e.value)

@@ -188,7 +188,7 @@ def test_mpt_kinds_are_the_ones_transformers_takes():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"n_embed": 50}, "d_model=50 is not divisible by n_heads=6"),
+    ({"n_embed": 50}, "n_embed=50 is not divisible by num_attention_heads=6"),  # the config's own names
     ({"n_embed": 48.0}, "n_embed=48.0: expected an integer"),
     ({"slow_but_exact": "false"}, "slow_but_exact='false': expected a boolean (true or false)"),
     ({"pretraining_tp": 1.0}, "pretraining_tp=1.0: expected an integer"),

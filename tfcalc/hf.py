@@ -125,9 +125,51 @@ def read_hf_config(path: str | Path) -> SpecFile:
     try:
         spec = ModelSpec.model_validate({"name": name, **fields})
     except ValidationError as e:
-        raise TfcalcError("\n".join(f"{path}: {line}" for line in validation_lines(e))) from None
+        lines = [_in_config_names(line, cfg, family.types) for line in validation_lines(e)]
+        raise TfcalcError("\n".join(f"{path}: {line}" for line in lines)) from None
     source = f"Hugging Face config {path} (model_type {model_type})" + "".join(f"; {n}" for n in notes)
     return SpecFile(spec, spec.name, f"{model_type} from config.json", source)
+
+
+# ModelSpec fields -> the config fields that commonly set them, in the order they are looked for
+CONFIG_NAMES = {
+    "n_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers"),
+    "n_encoder_layers": ("encoder_layers", "num_layers"),
+    "d_model": ("hidden_size", "n_embd", "d_model", "dim", "n_embed"),
+    "n_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads"),
+    "n_kv_heads": ("num_key_value_heads", "num_kv_heads"),
+    "d_head": ("head_dim", "d_kv"),
+    "d_ff": ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim", "decoder_ffn_dim"),
+    "vocab_size": ("vocab_size",),
+    "max_positions": ("max_position_embeddings", "n_positions", "max_seq_len"),
+    "n_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok", "top_k_experts"),
+    "d_expert": ("moe_intermediate_size",),
+    "rotary_dim": ("rotary_dim",),
+    "sliding_window": ("sliding_window",),
+}
+
+
+def _in_config_names(line: str, cfg: dict[str, Any], types: dict[str, str]) -> str:
+    """A ModelSpec refusal in the config's own words: `n_kv_heads=5` where the file says num_key_value_heads: 5
+    becomes `num_key_value_heads=5`; `give d_head` becomes `give head_dim` where the family reads one. A field the
+    config did not set with that value keeps tfcalc's name."""
+    import re
+
+    def named(m: re.Match) -> str:
+        field, value = m["field"], m["value"]
+        for key in CONFIG_NAMES.get(field, ()):
+            if key in cfg and show(cfg[key]) == value:
+                return f"{key}={value}"
+        return m[0]
+
+    def give(m: re.Match) -> str:
+        key = next((k for k in CONFIG_NAMES.get(m["field"], ()) if k in types), None)
+        return f"give {key}" if key else m[0]
+
+    fields = "|".join(CONFIG_NAMES)
+    line = re.sub(rf"\b(?P<field>{fields})=(?P<value>[^\s,;:)]+)", named, line)
+    return re.sub(rf"\bgive (?P<field>{fields})\b", give, line)
 
 
 def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, notes: list[str]) -> tuple[dict, str]:
