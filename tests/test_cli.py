@@ -154,7 +154,8 @@ def test_entry_point_builds_only_the_command_it_runs(monkeypatch, capsys):
         with pytest.raises(SystemExit) as exit_:
             cli.main()
         assert exit_.value.code == 0
-    assert built == [["count"], ["count", "compare", "check", "profile", "memory", "infer", "train", "presets"]]
+    assert built == [["count"], ["count", "compare", "check", "profile", "memory", "infer", "train", "presets",
+                                 "gpus"]]
     help_text = capsys.readouterr().out
     assert all(name in help_text for name in ("count", "compare", "check", "profile", "memory", "infer", "train", "presets"))
     assert [c.name for c in cli.app.registered_commands] == built[1]  # restored
