@@ -91,16 +91,30 @@ def test_the_train_command():
     assert "tokens" not in measured  # no budget was asked for
     for args, message in ((["--tokens", "1.5"], "'1.5': expected a whole, positive number of tokens"),
                           (["--tokens", "lots"], "'lots' is not a number of tokens"),
-                          (["--tokens", "1T", "--mfu", "0.4"], "--mfu and --tokens-per-second need --gpus and --gpu"),
+                          (["--tokens", "1T", "--mfu", "0.4"], "--mfu: the time for --tokens needs --gpus, --gpu and "
+                                                               "--mfu together; missing --gpus and --gpu"),
+                          (["--tokens", "1T", "--gpus", "8"], "missing --gpu and --mfu"),  # not dropped silently
+                          (["--tokens", "1T", "--price", "2"], "--price 2.0: the cost is the time of --tokens"),
+                          (["--tokens", "1T", "--dtype", "fp8"], "--dtype fp8: it picks --gpu's peak; give --gpu"),
+                          (["--flops-budget", "1e21", "--gpus", "8"], "--gpus is not used there"),
+                          (["--tokens", "inf"], "'inf': expected a finite number of tokens"),
+                          (["--tokens", "1e5000"], "'1e5000': expected a finite number of tokens, at most 500"),
+                          (["--tokens", "1T", "--gpus", "8", "--gpu", "h100", "--mfu", "1e-320"], "--mfu 1e-320: "
+                                                                                                 "expected a fraction"),
+                          (["--tokens-per-second", "1e308", "--gpus", "8", "--gpu", "h100"], "its MFU is not a finite"),
+                          (["--flops-budget", "9" * 400], "at most 1e300 FLOPs"),
                           (["--tokens", "1T", "--recompute", "some"], "recompute='some': expected one of"),
                           (["--tokens", "1T", "--gpus", "8", "--gpu", "h100", "--mfu", "40"], "mfu=40.0: expected a fraction"),
                           ([], "give --tokens D"),
                           (["--tokens-per-second", "1e5", "--gpus", "0", "--gpu", "h100"], "gpus=0: expected a positive"),
-                          (["--tokens-per-second", "inf", "--gpus", "1", "--gpu", "h100"], "tokens_per_second=inf"),
-                          (["--tokens", "1T", "--price", "nan"], "price_per_gpu_hour=nan: expected a positive")):
+                          (["--tokens-per-second", "inf", "--gpus", "1", "--gpu", "h100"], "--tokens-per-second inf: "
+                                                                                            "expected a positive, finite"),
+                          (["--tokens", "1T", "--price", "nan"], "--price nan: expected a positive, finite number")):
         bad = runner.invoke(app, ["train", "-p", "gpt2", *args])
         (line,) = bad.output.strip().splitlines()
         assert bad.exit_code == 2 and line.startswith("tfcalc: error: ") and message in line, bad.output
+    alone = runner.invoke(app, ["train", "--flops-budget", "1e21", "--recompute", "full"])  # no model to recompute
+    assert alone.exit_code == 2 and "--recompute full: with --flops-budget alone there is no model" in alone.output
 
 
 def test_training_budget_refuses_bad_values():

@@ -6,6 +6,7 @@ import enum
 from fractions import Fraction
 import functools
 import inspect
+import math
 import os
 import sys
 import types
@@ -1011,7 +1012,9 @@ def _tokens(text: str) -> int:
         value = Decimal(digits.replace("_", "")) * 10**scale
     except InvalidOperation:
         raise typer.BadParameter(f"{text!r} is not a number of tokens (15600000000000, 15.6T, 2e12)") from None
-    if value != value.to_integral_value() or value < 1 or len(digits) > MAX_DIGITS:
+    if not value.is_finite() or len(digits) > MAX_DIGITS or value.adjusted() >= MAX_DIGITS:
+        raise typer.BadParameter(f"{text!r}: expected a finite number of tokens, at most {MAX_DIGITS} digits")
+    if value != value.to_integral_value() or value < 1:
         raise typer.BadParameter(f"{text!r}: expected a whole, positive number of tokens")
     return int(value)
 
@@ -1028,6 +1031,8 @@ def _flops(text: str) -> int | float:
         raise typer.BadParameter(f"{text!r} is not a number of FLOPs (5.76e23, 1e24)") from None
     if not value.is_finite() or value <= 0:
         raise typer.BadParameter(f"{text!r}: expected a positive number of FLOPs")
+    if value > Decimal("1e300"):  # the scaling laws run in floats; no run is within 10^250 of it
+        raise typer.BadParameter(f"{text!r}: at most 1e300 FLOPs (the fits are evaluated in floating point)")
     return int(value) if value == value.to_integral_value() and "e" not in text.lower() and "." not in text \
         else float(value)
 
@@ -1041,14 +1046,14 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                                                           help="GPUs the run uses.")] = None,
               gpu: Annotated[Optional[str], typer.Option("--gpu", help="The GPU (h100-sxm, a100-80gb, ...): its "
                                                                        "dense peak in --dtype.")] = None,
-              dtype: Annotated[str, typer.Option("--dtype", help="The peak to hold against: bf16, fp16, fp8, "
-                                                                 "tf32, fp32.")] = "bf16",
+              dtype: Annotated[Optional[str], typer.Option("--dtype", show_default=False, help=(
+                  "The peak to hold against: bf16 (default), fp16, fp8, tf32, fp32; with --gpu."))] = None,
               mfu: Annotated[Optional[float], typer.Option("--mfu", help="Model FLOPs utilisation, 0-1 (0.4 for "
                                                                          "40%), for the time.")] = None,
               price: Annotated[Optional[float], typer.Option("--price", help="Price per GPU-hour, for the "
                                                                              "cost.")] = None,
-              recompute: Annotated[str, typer.Option("--recompute", help="none, selective (attention cores) or "
-                                                                         "full (every block).")] = "none",
+              recompute: Annotated[Optional[str], typer.Option("--recompute", show_default=False, help=(
+                  "none (default), selective (attention cores) or full (every block)."))] = None,
               tokens_per_second: Annotated[Optional[float], typer.Option("--tokens-per-second", help=(
                   "A measured run's throughput, all GPUs together: its MFU."))] = None,
               flops_budget: Annotated[Optional[float], typer.Option("--flops-budget", parser=_flops, metavar="C",
@@ -1061,19 +1066,48 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     from .plan.train import mfu_of_run, training_budget
 
     modelled = any(v is not None for v in (preset, spec, hf_config)) or bool(overrides)
-    if flops_budget is not None and not modelled:
-        _compute_optimal(flops_budget, None, fmt, as_json)
-        return
-    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    given = {flag: value for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--dtype", dtype), ("--mfu", mfu),
+                                             ("--price", price), ("--tokens-per-second", tokens_per_second))
+             if value is not None}
+    for flag, value in (("--mfu", mfu), ("--price", price), ("--tokens-per-second", tokens_per_second)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise TfcalcError(f"{flag} {value}: expected a positive, finite number")
+    if mfu is not None and mfu < 1e-6:
+        raise TfcalcError(f"--mfu {mfu}: expected a fraction of the peak from 0.000001 to 1 (0.4 for 40%)")
     if flops_budget is not None:
         if tokens is not None:
             raise TfcalcError(f"--flops-budget {flops_budget:g} and --tokens {tokens}: give one (the budget "
                               "decides the tokens)")
+        if given:  # a flag typed is used or refused
+            raise TfcalcError(f"--flops-budget gives the compute-optimal size and the tokens it buys; "
+                              f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used there (time and cost: "
+                              "--tokens D with --gpus, --gpu and --mfu)")
+        if not modelled:
+            if recompute is not None:
+                raise TfcalcError(f"--recompute {recompute}: with --flops-budget alone there is no model to "
+                                  "recompute (give one: its tokens for the budget use it)")
+            _compute_optimal(flops_budget, None, fmt, as_json)
+            return
+    model_spec, source = resolve(preset, spec, overrides, hf_config)
+    recompute = recompute or "none"
+    if flops_budget is not None:
         _compute_optimal(flops_budget, (model_spec, source, recompute), fmt, as_json)
         return
     if tokens is None and tokens_per_second is None:
         raise TfcalcError("give --tokens D (a training budget), --tokens-per-second X (the MFU of a run) or "
                           "--flops-budget C (the compute-optimal size)")
+    if dtype is not None and gpu is None:
+        raise TfcalcError(f"--dtype {dtype}: it picks --gpu's peak; give --gpu")
+    dtype = dtype or "bf16"
+    timed = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--mfu", mfu)) if value is not None]
+    if tokens is not None and timed and tokens_per_second is None and len(timed) < 3:
+        missing = [flag for flag in ("--gpus", "--gpu", "--mfu") if flag not in timed]
+        raise TfcalcError(f"{', '.join(timed)}: the time for --tokens needs --gpus, --gpu and --mfu together; "
+                          f"missing {' and '.join(missing)}")
+    if tokens is None and mfu is not None:
+        raise TfcalcError(f"--mfu {mfu}: it times --tokens D; --tokens-per-second measures a run's MFU itself")
+    if price is not None and (tokens is None or mfu is None):
+        raise TfcalcError(f"--price {price}: the cost is the time of --tokens at --mfu on --gpus; give them")
     peak = card = None
     if gpu is not None:
         from .plan.gpus import lookup

@@ -21,6 +21,8 @@ Conventions, stated once:
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -155,6 +157,9 @@ def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s
         raise TfcalcError(f"gpus={gpus!r}: expected a positive number")
     per_token, per_token_causal, hardware, _ = _per_token(spec, recompute)
     peak = gpus * peak_flops_per_s
+    if not math.isfinite(float(hardware) * tokens_per_s / peak):
+        raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: its MFU is not a finite number ({gpus} GPUs of "
+                          f"{peak_flops_per_s:,} FLOP/s)")
     return {"tokens_per_second": tokens_per_s, "gpus": gpus, "peak_flops_per_s": peak_flops_per_s,
             "mfu": float(per_token) * tokens_per_s / peak, "mfu_causal": float(per_token_causal) * tokens_per_s / peak,
             "hfu": float(hardware) * tokens_per_s / peak, "recompute": recompute}
