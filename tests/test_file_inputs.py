@@ -30,10 +30,11 @@ SPEC_TOML = "".join(f"{k} = {v}\n" for k, v in SPEC.items())
 
 
 @contextlib.contextmanager
-def bounded(seconds: float = 5, memory: int = 1 << 30):
+def bounded(seconds: float = 120, memory: int = 1 << 30):
     """Fail, instead of hanging or eating the machine, when the code inside blocks (a FIFO) or reads without
     bound (/dev/zero): SIGALRM interrupts a blocked open(), and address space beyond `memory` more than now is a
-    MemoryError."""
+    MemoryError. A guard against a hang, not a timing: generous enough for a loaded machine (what is fast is
+    asserted by counting operations, and measured in benchmarks/)."""
     def timeout(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
 
@@ -229,13 +230,28 @@ def test_bytes_that_are_not_utf8_name_the_line(tmp_path, name, data, line):
         f"tfcalc: error: {message}"]
 
 
-def test_many_bad_fields_take_linear_time(tmp_path):
-    # every unknown field is located by line; 100,000 of them must not take 100,000 passes over the file
+def test_many_bad_fields_take_one_pass(tmp_path, monkeypatch):
+    # every unknown field is located by line; 100,000 of them must not take 100,000 passes over the file: counted,
+    # not timed (a wall-clock limit fails on a loaded machine)
+    import tfcalc.loading as loading
+
+    passes = []
+
+    class Counted:
+        def __init__(self, pattern):
+            self.pattern = pattern
+
+        def finditer(self, text):
+            passes.append(len(text))
+            return self.pattern.finditer(text)
+
+    monkeypatch.setattr(loading, "_KEY", Counted(loading._KEY))
     path = tmp_path / "many.json"
     path.write_text(json.dumps({**SPEC, **{f"k{i}": i for i in range(100_000)}}, indent=0))
     message = refused(read_spec_file, path)
     lines = message.splitlines()
     assert len(lines) == 100_000 and lines[-1] == f"{path}: line 100006: k99999=99999: unknown field"
+    assert passes == [len(path.read_text())]  # one pass over the file for all 100,000
 
 
 def test_metadata_of_a_preset_style_file_must_be_strings(tmp_path):
