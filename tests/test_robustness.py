@@ -2,6 +2,7 @@
 (2 bad input, 130 interrupted, 1 a failed write), never a traceback; and profile's memory estimate holds for the
 dtype the model is really built in."""
 
+import json
 import os
 import signal
 import subprocess
@@ -228,3 +229,23 @@ def test_a_long_text_value_is_shown_cut_and_a_number_whole(tmp_path):
     (line,) = r.output.strip().splitlines()
     assert r.exit_code == 2 and f"mlp='{'g' * 199}... (5,002 characters): Input should be" in line
     assert len(line) < 400
+
+
+def test_defaults_a_user_never_typed_work():
+    """infer's default prompt fits a learned position table (GPT-2: 1,023 prompt tokens, the 1,024th decoded);
+    memory of an encoder plans its train step instead of a decode it cannot run; a model without an LM head says
+    so in the workload line."""
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["infer", "--preset", "gpt2", "--gpu", "h100", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["prefill"]["workload"]["seq_len"] == 1023 and out["decode"]["workload"]["context"] == 1023
+    r = runner.invoke(app, ["memory", "--preset", "bert-base", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["workload"]["phase"] == "train", r.output
+    assert "--phase decode" not in r.output
+    r = runner.invoke(app, ["count", "--preset", "gpt2", "--no-lm-head"])
+    assert "workload: train: B=1, 1,024 new tokens; no LM head" in r.output

@@ -6,6 +6,7 @@ import enum
 from fractions import Fraction
 import functools
 import inspect
+import itertools
 import math
 import os
 import sys
@@ -482,7 +483,7 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
             typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
         else:
             header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
-                      f"workload: {render.describe_workload(result.workload)}", render.crossover_line(result)]
+                      f"workload: {render.describe_workload(result.workload, result.spec)}", render.crossover_line(result)]
             _print_tables(render.count_tables(result), fmt, header)
         return
     from .sweep import count_points, count_row, order
@@ -694,7 +695,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
                                   for r in report.rows]), nl=False)
     else:
         lines = [f"{model_spec.label}: {render.describe(model_spec)}",
-                 f"workload: {render.describe_workload(workload)}", f"device: {report.device}",
+                 f"workload: {render.describe_workload(workload, model_spec)}", f"device: {report.device}",
                  f"measured in {report.seconds:.1f} s"] + [f"note: {n}" for n in report.notes]
         _print_tables([render.memory_check_table(report)], fmt, lines)
         typer.echo("\n" + ("every category agrees" if report.match else "MISMATCH: see the rows without ✓"))
@@ -875,6 +876,11 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         training_flags.remove("--tp")
         inference_tp = tp
     training = (phase is Phase.train) or (phase is None and bool(training_flags))
+    points = iter(points)
+    first = next(points, None)
+    points = itertools.chain([first] if first is not None else [], points)
+    if phase is None and not inference_flags and first is not None and not first.spec.causal:
+        training = True  # an encoder (BERT) has no KV cache to plan: its memory question is a train step's
     if training and inference_flags:
         what = training_flags[0] if training_flags else "--phase train"
         raise TfcalcError(f"{inference_flags[0]}: an inference flag; {what} plans a train step (drop one)")
@@ -921,12 +927,20 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
             typer.echo(render.to_csv(["figure", "value"], render.flatten(m.to_dict())), nl=False)
         else:
             header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
-                      f"workload: {render.describe_workload(m.workload)}"]
+                      f"workload: {render.describe_workload(m.workload, model_spec)}"]
             _print_tables([table], fmt, header)
     if path is not None:
         from .plot import memory_breakdown
 
         _plot_save(memory_breakdown(pairs, axis), path)
+
+
+def _default_prompt(spec: ModelSpec) -> int:
+    """infer's prompt when --context is not given: seq_len tokens, or one fewer where a learned position table of
+    seq_len rows leaves no row for the decoded token (GPT-2: 1,023 prompt tokens, the 1,024th decoded)."""
+    if spec.positions == "learned" and spec.max_positions is not None and spec.seq_len >= spec.max_positions:
+        return max(1, spec.max_positions - 1)
+    return spec.seq_len
 
 
 @app.command("infer")
@@ -969,7 +983,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     def plan(p):
         ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
-        return inference_plan(s, card, s.seq_len if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
+        return inference_plan(s, card, _default_prompt(s) if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
                               (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus)
 
     pairs = [(p, plan(p)) for p in points]

@@ -173,8 +173,9 @@ def describe(spec: ModelSpec) -> str:
     return " ".join(parts[:-1]) + "; " + parts[-1]
 
 
-def describe_workload(w) -> str:
-    """'train: B=1 N=1024 tokens' / 'decode: B=1, 1 new token against 8,192 cached (8,193 keys)'."""
+def describe_workload(w, spec=None) -> str:
+    """'train: B=1 N=1024 tokens' / 'decode: B=1, 1 new token against 8,192 cached (8,193 keys)'; with the spec, a
+    model without an LM head says so instead of where the head scores."""
     src = f", encoder {w.src_len:,} tokens" if w.src_len is not None and w.phase != "decode" else (
         f", encoder output of {w.src_len:,} cached" if w.src_len is not None else "")
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
@@ -182,6 +183,8 @@ def describe_workload(w) -> str:
         new += f" against {w.context:,} cached ({w.keys:,} keys)"
     scored = {"train": "head over every token", "prefill": "head over the last token",
               "decode": "head over the new token"}[w.phase]
+    if spec is not None and not spec.lm_head:
+        scored = "no LM head" + (" (a pooler)" if spec.pooler else "")
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 
@@ -896,7 +899,7 @@ def hf_check_table(report) -> Table:
 
 def check_lines(report) -> list[str]:
     spec = report.spec
-    lines = [f"{spec.label}: {describe(spec)}", f"workload: {describe_workload(report.workload)}",
+    lines = [f"{spec.label}: {describe(spec)}", f"workload: {describe_workload(report.workload, spec)}",
              f"device: {report.device}"]
     if report.routing:
         lines.append(f"MoE routing: {report.routing}")
