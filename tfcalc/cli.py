@@ -926,7 +926,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         elif fmt is Format.csv:
             typer.echo(render.to_csv(["figure", "value"], render.flatten(m.to_dict())), nl=False)
         else:
-            header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
+            header = [f"{model_spec.label}: {render.describe(model_spec, workload=training)}", f"source: {source}",
                       f"workload: {render.describe_workload(m.workload, model_spec)}"]
             _print_tables([table], fmt, header)
     if path is not None:
@@ -1008,8 +1008,8 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
             data = {k: v for k, v in result.to_dict().items() if k not in ("prefill", "decode")}
             typer.echo(render.to_csv(["figure", "value"], render.flatten(data)), nl=False)
         else:
-            _print_tables(render.infer_tables(result), fmt, [f"{model_spec.label}: {render.describe(model_spec)}",
-                                                             f"source: {source}"])
+            header = [f"{model_spec.label}: {render.describe(model_spec, workload=False)}", f"source: {source}"]
+            _print_tables(render.infer_tables(result), fmt, header)
     if path is not None:
         from .plot import roofline
 

@@ -131,7 +131,9 @@ class Table:
         return self.right if self.numeric is None else self.numeric
 
 
-def describe(spec: ModelSpec) -> str:
+def describe(spec: ModelSpec, workload: bool = True) -> str:
+    """The model in one line; `workload=False` leaves out its default workload (N, B) where another workload is
+    counted and described below it (memory, infer): the header shows what was counted, not the preset's length."""
     layers = [f"L={spec.n_encoder_layers}+{spec.n_layers} (encoder+decoder)"] if spec.is_encoder_decoder else [
         f"L={spec.n_layers}"]
     parts = [*layers, f"D={spec.d_model}", f"H={spec.n_heads}", f"d_head={spec.d_head}"]
@@ -147,7 +149,11 @@ def describe(spec: ModelSpec) -> str:
     if getattr(spec, "is_mla", False):  # multi-head latent attention: d_head = qk_nope + qk_rope
         parts.append(f"MLA(kv_lora={spec.kv_lora_rank} q_lora={spec.q_lora_rank} qk={spec.qk_nope_dim}+"
                      f"{spec.qk_rope_dim} v={spec.v_head_dim})")
-    parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}", f"N={spec.seq_len}", f"B={spec.batch_size}"]
+    parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}"]
+    if workload:
+        parts += [f"N={spec.seq_len}", f"B={spec.batch_size}"]
+    elif spec.positions == "learned" and spec.max_positions is not None:
+        parts.append(f"positions={spec.max_positions}")
     if spec.is_moe:
         parts.append(f"experts={spec.n_experts} top_k={spec.top_k}"
                      + (" beside the MLP" if getattr(spec, "moe_beside_mlp", False) else ""))
