@@ -249,3 +249,18 @@ def test_defaults_a_user_never_typed_work():
     assert "--phase decode" not in r.output
     r = runner.invoke(app, ["count", "--preset", "gpt2", "--no-lm-head"])
     assert "workload: train: B=1, 1,024 new tokens; no LM head" in r.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (["infer", "-p", "llama3-8b", "-N", "512", "--context", "4096", "--gpu", "h100"], "--seq-len and --context"),
+    (["train", "-p", "gpt2", "-B", "8", "--tokens", "1e9"], "--batch-size 8: train counts --tokens D"),
+    (["memory", "-p", "gpt2", "--phase", "train", "--sp"], "--sp: sequence parallelism"),
+    (["memory", "-p", "gpt2", "--phase", "train", "--sp", "--tp", "1"], "(got --tp 1)"),
+])
+def test_a_flag_with_no_effect_is_refused_not_dropped(args, said):
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and said in r.output and r.output.count("\n") == 1, r.output

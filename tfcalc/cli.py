@@ -863,6 +863,9 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     axes = order(axes)
     presets = _presets(preset)
     points = _sweep_points(presets, spec, hf_config, overrides, axes)
+    if sp and (tp is None or tp == 1):
+        raise TfcalcError("--sp: sequence parallelism splits what tensor parallelism keeps whole over the "
+                          f"tensor-parallel GPUs; it needs --tp 2 or more (got {'no --tp' if tp is None else '--tp 1'})")
     layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
                                       ("ep", ep), ("cp", cp)) if v is not None}
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
@@ -983,6 +986,9 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     def plan(p):
         ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
+        if ctx is not None and ("seq_len" in overrides or "seq_len" in axes) and not s.is_encoder_decoder:
+            raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
+                              "when --context is not given); give one")
         return inference_plan(s, card, _default_prompt(s) if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
                               (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus)
 
@@ -1079,6 +1085,10 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     compute-optimal size for a FLOP budget."""
     from .plan.train import mfu_of_run, training_budget
 
+    if "batch_size" in overrides:  # a budget is tokens in sequences of -N: how many run at once changes nothing
+        raise TfcalcError(f"--batch-size {overrides['batch_size']}: train counts --tokens D in sequences of "
+                          "--seq-len; the batch size does not change the FLOPs, the time or the MFU (memory "
+                          "--phase train plans a batch)")
     modelled = any(v is not None for v in (preset, spec, hf_config)) or bool(overrides)
     given = {flag: value for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--dtype", dtype), ("--mfu", mfu),
                                              ("--price", price), ("--tokens-per-second", tokens_per_second))
