@@ -4,6 +4,7 @@ dtype the model is really built in."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -264,3 +265,35 @@ def test_a_flag_with_no_effect_is_refused_not_dropped(args, said):
 
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and said in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_the_planning_api_validates_like_the_cli():
+    """Wrong types, negative sizes and zero divisors are the project's error naming the argument, never a TypeError
+    or AttributeError from deep inside, never a negative or float byte count."""
+    from tfcalc import TfcalcError, Workload, load_preset
+    from tfcalc.plan.gpus import lookup
+    from tfcalc.plan.memory import inference_memory
+    from tfcalc.plan.roofline import inference_plan
+    from tfcalc.plan.train import mfu_of_run, training_budget
+    from tfcalc.plan.training import training_memory
+
+    spec, decode, train = load_preset("gpt2"), Workload(phase="decode", seq_len=1, context=100), Workload(seq_len=64)
+    h100 = lookup("h100")
+    for call, said in [
+        (lambda: inference_memory(spec, decode, capacity_bytes="80"), "capacity_bytes='80'"),
+        (lambda: inference_memory(spec, decode, capacity_bytes=-5), "capacity_bytes=-5"),
+        (lambda: inference_memory(spec, decode, capacity_bytes=1.5e9), "capacity_bytes=1500000000.0"),
+        (lambda: inference_plan(spec, 3, 100), "gpu=3: expected a tfcalc.plan.gpus.Gpu or a GPU's name"),
+        (lambda: inference_plan(spec, h100, 100, batch_size=0), "batch_size=0: expected a positive integer"),
+        (lambda: training_memory(spec, train, layout={"tq": 2}), "layout: 'tq' not a field of Layout"),
+        (lambda: training_memory(spec, train, layout="tp2"), "layout='tp2': expected"),
+        (lambda: training_memory(spec, train, capacity_bytes=-1), "capacity_bytes=-1"),
+        (lambda: training_budget(spec, 10**9, gpus=2.5, peak_flops_per_s=10**15, mfu=0.4), "gpus=2.5"),
+        (lambda: training_budget(spec, 10**9, gpus=2, peak_flops_per_s=-1, mfu=0.4), "peak_flops_per_s=-1"),
+        (lambda: mfu_of_run(spec, 1e5, 8, 0), "peak_flops_per_s=0: expected a positive integer"),
+    ]:
+        with pytest.raises(TfcalcError, match=re.escape(said)):
+            call()
+    # and the friendly forms work: a GPU by name, a layout as a dict
+    assert inference_plan(spec, "h100", 100).gpu == h100
+    assert training_memory(spec, train, layout={"tp": 2}).layout.tp == 2

@@ -47,3 +47,20 @@ def validation_lines(err: ValidationError, where: Callable[[str], str] = lambda 
         else:
             lines.append(f"{where(field)}{field}={value}: {msg}")
     return lines
+
+
+def check_capacity(capacity_bytes, gpu_name=None) -> None:
+    """A GPU's memory as the planning functions take it: None, or a positive integer of bytes; its name a string."""
+    if capacity_bytes is not None and (isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int)
+                                       or capacity_bytes < 1):
+        raise TfcalcError(f"capacity_bytes={capacity_bytes!r}: expected a positive integer of bytes (or None)")
+    if gpu_name is not None and not isinstance(gpu_name, str):
+        raise TfcalcError(f"gpu_name={gpu_name!r}: expected a string (or None)")
+
+
+def check_positive_int(name: str, value, optional: bool = False) -> None:
+    """A count the planning functions take (GPUs, a batch, a peak in FLOP/s): a positive integer, not a bool."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TfcalcError(f"{name}={value!r}: expected a positive integer")

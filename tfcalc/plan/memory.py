@@ -33,7 +33,7 @@ from math import ceil
 
 from ..arch import Workload, build, validate
 from ..counts import Breakdown, folds
-from ..errors import TfcalcError
+from ..errors import TfcalcError, check_capacity
 from ..spec import ModelSpec
 
 DTYPE_BYTES: dict[str, Fraction] = {"fp32": Fraction(4), "bf16": Fraction(2), "fp16": Fraction(2),
@@ -144,6 +144,7 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     if not isinstance(workload, Workload) or workload.phase == "train":
         raise TfcalcError("workload: inference memory is for phase 'prefill' or 'decode' (training memory is "
                           "another plan)")
+    check_capacity(capacity_bytes, gpu_name)
     kv_dtype = _dtype(kv_dtype or ("bf16" if dtype in QUANTIZED else dtype), "kv_dtype", KV_DTYPES)
     inv = build(spec, workload)
     validate(spec, inv.workload)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..arch import Workload, build, validate
-from ..errors import TfcalcError
+from ..errors import TfcalcError, check_positive_int
 from ..spec import ModelSpec
 from .gpus import Gpu
 from .memory import DTYPE_BYTES, QUANTIZED
@@ -166,8 +166,17 @@ def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1,
                    kv_dtype: str | None = None, src_len: int | None = None, tp: int = 1) -> InferencePlan:
     """Prefill of a `context`-token prompt (time to first token) and decode of one token against it, for
     `batch_size` sequences on one `gpu`, or on each of `tp` tensor-parallel GPUs."""
-    if not isinstance(context, int) or context < 1:
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise TfcalcError(f"context={context!r}: expected a positive number of tokens")
+    check_positive_int("batch_size", batch_size)
+    if src_len is not None:
+        check_positive_int("src_len", src_len)
+    if isinstance(gpu, str):  # a name, as --gpu takes it
+        from .gpus import lookup
+
+        gpu = lookup(gpu)
+    elif not isinstance(gpu, Gpu):
+        raise TfcalcError(f"gpu={gpu!r}: expected a tfcalc.plan.gpus.Gpu or a GPU's name ('h100', 'mi300x')")
     prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len)
     decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len)
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)

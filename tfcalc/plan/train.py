@@ -28,7 +28,7 @@ from fractions import Fraction
 
 from ..arch import Workload
 from ..counts import count
-from ..errors import TfcalcError
+from ..errors import TfcalcError, check_positive_int
 from ..spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -124,6 +124,10 @@ def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus:
     for field, value in (("gpus", gpus), ("mfu", mfu), ("price_per_gpu_hour", price_per_gpu_hour)):
         if value is not None and not _positive(value):
             raise TfcalcError(f"{field}={value!r}: expected a positive number")
+    check_positive_int("gpus", gpus, optional=True)
+    check_positive_int("peak_flops_per_s", peak_flops_per_s, optional=True)
+    if gpu_name is not None and not isinstance(gpu_name, str):
+        raise TfcalcError(f"gpu_name={gpu_name!r}: expected a string (or None)")
     if mfu is not None and mfu > 1:
         raise TfcalcError(f"mfu={mfu!r}: expected a fraction of the peak, at most 1 (0.4 for 40%)")
     per_token, per_token_causal, hardware, active = _per_token(spec, recompute)
@@ -155,6 +159,8 @@ def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s
         raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: expected a positive number")
     if not _positive(gpus):
         raise TfcalcError(f"gpus={gpus!r}: expected a positive number")
+    check_positive_int("gpus", gpus)
+    check_positive_int("peak_flops_per_s", peak_flops_per_s)
     per_token, per_token_causal, hardware, _ = _per_token(spec, recompute)
     peak = gpus * peak_flops_per_s
     if not math.isfinite(float(hardware) * tokens_per_s / peak):

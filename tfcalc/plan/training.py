@@ -42,7 +42,7 @@ from ..arch.architecture import stacks
 from ..arch.builders import KINDS, Ctx
 from ..arch.inventory import stages as inventory_stages
 from ..arch.ops import STAT_BYTES, Matmul, Op, Parallel
-from ..errors import TfcalcError
+from ..errors import TfcalcError, check_capacity
 from ..spec import ModelSpec
 
 
@@ -496,6 +496,15 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
     recipe = PRECISIONS[_choice(precision, "precision", PRECISIONS)]
     _choice(optimizer, "optimizer", OPTIMIZERS)
     _choice(recompute, "recompute", RECOMPUTE)
+    check_capacity(capacity_bytes, gpu_name)
+    if isinstance(layout, dict):  # {"tp": 2, "pp": 4}: the layout's fields
+        unknown = sorted(set(layout) - set(Layout.__dataclass_fields__))
+        if unknown:
+            raise TfcalcError(f"layout: {', '.join(map(repr, unknown))} not a field of Layout (dp, zero, tp, sp, pp, "
+                              "ep, cp)")
+        layout = Layout(**layout)
+    elif layout is not None and not isinstance(layout, Layout):
+        raise TfcalcError(f"layout={layout!r}: expected a tfcalc.plan.training.Layout, a dict of its fields, or None")
     layout = layout or Layout()
     if spec.is_encoder_decoder and workload.src_len is None:
         workload = workload.model_copy(update={"src_len": workload.seq_len})
