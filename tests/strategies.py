@@ -88,6 +88,9 @@ def specs(draw, max_layers: int = 3, max_heads: int = 4, max_d_head: int = 8, ma
         blocks = draw(st.lists(st.sampled_from(["attention", f"attention+{ffn}", ffn, "mlp", "attention+mlp"]),
                                min_size=1, max_size=4))
         fields["block_pattern"] = blocks if not is_moe or any("moe" in b for b in blocks) else [*blocks, "moe"]
+        present = fields["block_pattern"][:fields["n_layers"]]
+        if positions == "relative" and not any("attention" in b for b in present):
+            fields["block_pattern"] = ["attention", *fields["block_pattern"]]  # T5's bias needs scores to add to
         if is_moe:  # the pattern says which blocks are MoE
             fields |= dict(first_dense_layers=0, moe_every=1)
     return ModelSpec(**fields)

@@ -74,3 +74,12 @@ def test_the_flag_is_kept_as_typed():
     assert r.exit_code == 0, r.output
     import json
     assert json.loads(r.output)["spec"]["block_pattern"] == ["attention", "mlp"]
+
+
+def test_relative_positions_need_an_attention_block():
+    # T5's bias table is added to attention scores: a stack without attention would hold a table nothing reads
+    with pytest.raises(ValueError, match="positions='relative' is T5's bias on attention scores"):
+        ModelSpec(**SMALL, positions="relative", block_pattern=["mlp"])
+    assert count(ModelSpec(**SMALL, positions="relative", block_pattern=["mlp", "attention"])).params.total
+    with pytest.raises(ValueError, match="no attention block"):  # one block: the pattern's attention never runs
+        ModelSpec(**{**SMALL, "n_layers": 1}, positions="relative", block_pattern=["mlp", "attention"])

@@ -427,6 +427,10 @@ class ModelSpec(BaseModel):
                 problems.append(f"block_pattern: {block!r}: each kind at most once a block, and the MLP or the "
                                 "experts, not both")
         has_moe = any("moe" in block.split("+") for block in self.block_pattern)
+        present = self.block_pattern[:self.n_layers]  # the blocks the stack has (a pattern longer than it is cut)
+        if self.positions == "relative" and not any("attention" in block.split("+") for block in present):
+            problems.append(f"positions='relative' is T5's bias on attention scores; block_pattern="
+                            f"{self.block_pattern!r} has no attention block to add it to (positions='none')")
         if has_moe != self.is_moe:
             problems.append(f"block_pattern={self.block_pattern!r} " + (
                 "has 'moe' blocks: give n_experts > 1" if has_moe else
