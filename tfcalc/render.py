@@ -332,10 +332,11 @@ def memory_table(m) -> Table:
                  binary_bytes(m.kv_bytes_per_token)])
     state = getattr(m, "state", {})
     act = "bf16" if m.dtype in ("fp8", "int8", "int4") else m.dtype
+    dtypes = getattr(m, "state_dtypes", {})
     for name, value in state.items():
-        rows.append([f"state: {name}", act, exact(value), binary_bytes(value)])
+        rows.append([f"state: {name}", dtypes.get(name, act), exact(value), binary_bytes(value)])
     if state:
-        rows.append(["state per sequence", f"{act}, any context", exact(m.state_bytes_per_sequence),
+        rows.append(["state per sequence", "any context", exact(m.state_bytes_per_sequence),
                      binary_bytes(m.state_bytes_per_sequence)])
     rows.append([f"total (weights + KV cache{' + state' if state else ''})", "", exact(m.total_bytes),
                  binary_bytes(m.total_bytes)])

@@ -86,6 +86,7 @@ class Record:
 
     windowed = False  # a sliding-window mask (AttentionCore's own)
     expert = False  # routed experts' weights (Matmul's own): sharded over expert-parallel GPUs
+    state_bytes = 0  # bytes per element of its `state`; 0: the activations' dtype (an SSM state is fp32: 4)
 
     def _missing(self, figure: str):
         raise UnsupportedFigure(f"{type(self).__name__} {self.component!r} does not define {figure}: a fold cannot "

@@ -17,7 +17,7 @@ from .breakdown import Breakdown
 
 __all__ = ["forward", "has_window", "inactive_params",
            "kv_cache", "kv_per_token", "masked_attention", "matmul", "matmul_weights", "non_matmul",
-           "params", "role_params", "state"]
+           "params", "role_params", "state", "state_bytes"]
 
 
 def _sum(parts: Iterable[tuple[dict[str, int], int]]) -> dict[str, int]:
@@ -79,6 +79,13 @@ def state(inv: Inventory, tp: int = 1) -> Breakdown:
     return Breakdown(_sum((op.state(tp), repeat) for op, repeat in inv))
 
 
+def state_bytes(inv: Inventory, tp: int = 1, act=2) -> Breakdown:
+    """Bytes of recurrent state per component: each record's state elements in its own dtype (`state_bytes`, an
+    SSM state's fp32) or else in the activations' (`act` bytes each)."""
+    return Breakdown({name: int(n) for name, n in _sum(
+        ({k: v * (op.state_bytes or act) for k, v in op.state(tp).items()}, repeat) for op, repeat in inv).items()})
+
+
 def matmul_weights(inv: Inventory) -> int:
     """Parameters in the weight matrices of linear layers (an untied head's included; a tied head's matrix is the
     token table). The rest are tables, norms and biases."""
@@ -95,4 +102,6 @@ NON_MATMUL_ORDER = ["attention/softmax", "norms", "activations", "residual", "bi
 def non_matmul(inv: Inventory) -> Breakdown:
     """An estimate of the forward FLOPs that are not matmuls (softmax, norms, activations, residuals, biases)."""
     c = _sum((op.non_matmul(), repeat) for op, repeat in inv)
-    return Breakdown({k: c.get(k, 0) for k in NON_MATMUL_ORDER})
+    # the usual kinds in their order, then any a record type of its own names (a scan's), never dropped
+    return Breakdown({k: c.get(k, 0) for k in NON_MATMUL_ORDER} | {k: v for k, v in c.items()
+                                                                   if k not in NON_MATMUL_ORDER})

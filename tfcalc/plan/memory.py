@@ -14,9 +14,10 @@ Conventions, stated once:
 - The KV cache holds keys and values of every cached attention (a decoder's self-attention, and its
   cross-attention to the encoder's tokens) in `kv_dtype` (default: the weights' dtype for fp32, bf16 and fp16;
   bf16 for quantized weights). A sliding-window layer keeps at most `window` tokens.
-- Recurrent state (a short convolution's last kernel - 1 input positions per channel: LFM2) is a constant per
-  sequence, whatever the context, kept in the activations' dtype (the weights' for fp32, bf16 and fp16; bf16 for
-  quantized weights), apart from the KV cache; tensor parallelism splits its channels.
+- Recurrent state (a short convolution's last kernel - 1 input positions per channel: LFM2, Mamba2; an SSM's
+  state) is a constant per sequence, whatever the context, apart from the KV cache: a convolution's in the
+  activations' dtype (the weights' for fp32, bf16 and fp16; bf16 for quantized weights), an SSM state in fp32 (as
+  transformers keeps it, and Nemotron-H's mamba_ssm_cache_dtype); tensor parallelism splits channels and heads.
 - How many sequences fit counts the weights, the KV cache and the state only: activations of the step and the runtime's own
   memory (CUDA context, allocator slack; vLLM leaves 10% by default) are not counted.
 - Tensor parallelism over `tp` GPUs (Megatron-LM's split, as vLLM serves): the figures are one GPU's. Column-
@@ -57,13 +58,15 @@ class InferenceMemory:
     weights_bytes: int
     kv_cache: Breakdown  # bytes per cached attention component, for the whole workload
     kv_bytes_per_token: int  # one more token of one sequence, every layer (before a window caps the total)
-    state: Breakdown = field(default_factory=lambda: Breakdown({}))  # bytes of recurrent state per component, for the whole workload
+    # bytes of recurrent state per component, for the whole workload
+    state: Breakdown = field(default_factory=lambda: Breakdown({}))
     capacity_bytes: int | None = None  # the GPU's memory, when one is named
     gpu_name: str | None = None
     tp: int = 1  # tensor-parallel GPUs: every figure is one GPU's
     # when it does not fit on the GPU named: the smallest tensor-parallel size (a power of two the heads take, up to
     # MAX_TP) at which one GPU's weights and cache fit; None when it fits, no GPU is named, or none up to MAX_TP does
     smallest_tp: int | None = None
+    state_dtypes: dict = field(default_factory=dict)  # component -> the dtype its state is kept in
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -152,9 +155,12 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     weights = weights_bytes(spec, dtype, tp)
     cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv, tp).items()})
     act = DTYPE_BYTES["bf16" if dtype in QUANTIZED else dtype]
-    state = Breakdown({name: int(n * act) for name, n in folds.state(inv, tp).items()})
+    state = folds.state_bytes(inv, tp, act)
+    act_name = "bf16" if dtype in QUANTIZED else dtype
+    state_dtypes = {name: "fp32" if op.state_bytes == 4 else act_name for op, _ in inv for name in op.state(tp)}
     plan = InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights, cache,
-                           int(folds.kv_per_token(inv, tp) * size), state, capacity_bytes, gpu_name, tp)
+                           int(folds.kv_per_token(inv, tp) * size), state, capacity_bytes, gpu_name, tp,
+                           state_dtypes=state_dtypes)
     if plan.fits is False:
         plan = replace(plan, smallest_tp=_smallest_tp(spec, inv, dtype, size, act, capacity_bytes, tp))
     return plan
@@ -175,7 +181,7 @@ def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, act: Fract
             n *= 2
             continue
         if (weights_bytes(spec, dtype, n) + int(folds.kv_cache(inv, n).total * kv_size)
-                + int(folds.state(inv, n).total * act) <= capacity):
+                + folds.state_bytes(inv, n, act).total <= capacity):
             return n
         n *= 2
     return None
