@@ -394,6 +394,23 @@ BASE["lfm2_moe"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads
                         intermediate_size=96, moe_intermediate_size=32, max_position_embeddings=32, vocab_size=100,
                         num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
                         layer_types=["conv", "full_attention"] * 2)
+BASE["mamba2"] = dict(num_hidden_layers=2, hidden_size=32, expand=2, num_heads=8, head_dim=8, state_size=8, n_groups=2,
+                      conv_kernel=3, chunk_size=4, vocab_size=100)
+BASE["nemotron_h"] = dict(hybrid_override_pattern="M-*-", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=16, intermediate_size=96, max_position_embeddings=32, vocab_size=100,
+                          mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=8, n_groups=2, conv_kernel=3,
+                          chunk_size=4)
+BASE["bamba"] = dict(num_hidden_layers=4, attn_layer_indices=[1, 3], hidden_size=64, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, intermediate_size=96, max_position_embeddings=32,
+                     vocab_size=100, mamba_n_heads=8, mamba_d_state=8, mamba_n_groups=2, mamba_d_conv=3,
+                     mamba_chunk_size=4)
+_DELTANET = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 max_position_embeddings=32, vocab_size=100, linear_num_key_heads=2, linear_num_value_heads=4,
+                 linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4)
+_QWEN_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+BASE["qwen3_next"] = _DELTANET | _QWEN_MOE | dict(intermediate_size=96)
+BASE["qwen3_5_text"] = _DELTANET | dict(intermediate_size=96)
+BASE["qwen3_5_moe_text"] = _DELTANET | _QWEN_MOE
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -732,6 +749,19 @@ _LFM2_DIRECT = dict(hidden_size="d_model", num_attention_heads="n_heads", num_ke
                     head_dim="d_head", vocab_size="vocab_size", tie_word_embeddings="tie_embeddings",
                     tie_embedding="tie_embeddings")
 DIRECT["lfm2"] = _LFM2_DIRECT  # intermediate_size is not direct: Lfm2MLP's width rule
+DIRECT["mamba2"] = dict(num_hidden_layers="n_layers", vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
+DIRECT["nemotron_h"] = dict(hidden_size="d_model", num_attention_heads="n_heads", num_key_value_heads="n_kv_heads",
+                            head_dim="d_head", intermediate_size="d_ff", vocab_size="vocab_size")  # never tied
+DIRECT["qwen3_next"] = dict(hidden_size="d_model", num_attention_heads="n_heads", num_key_value_heads="n_kv_heads",
+                            intermediate_size="d_ff", vocab_size="vocab_size", tie_word_embeddings="tie_embeddings",
+                            attention_bias="bias", moe_intermediate_size="d_expert", num_experts_per_tok="top_k",
+                            shared_expert_intermediate_size="d_shared_expert")
+DIRECT["qwen3_5_text"] = {k: v for k, v in DIRECT["qwen3_next"].items()
+                          if k not in ("moe_intermediate_size", "num_experts_per_tok", "shared_expert_intermediate_size")}
+DIRECT["qwen3_5_moe_text"] = {k: v for k, v in DIRECT["qwen3_next"].items()  # moe_intermediate_size: d_expert, d_ff
+                              if k not in ("intermediate_size", "moe_intermediate_size")}
+DIRECT["bamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", intermediate_size="d_ff",
+                       vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
                                          num_experts_per_tok="top_k", num_experts="n_experts")
 TRIED = {"examples": 0, "read": 0, "refused": 0}

@@ -96,3 +96,25 @@ def test_a_kind_of_a_family_the_crossover_does_not_know_counts_as_other_work():
         assert with_mixer.families()["mixer/in_proj"] == "mixer"
     finally:
         del KINDS["mixer"]
+
+
+def _record_types() -> set[type]:
+    import tfcalc.blocks  # noqa: F401  (every kind, and the record types of their own)
+
+    found, todo = set(), [Record]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("tfcalc.") and sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
+
+
+def test_every_record_type_of_every_kind_answers_or_refuses_by_name():
+    """The kinds' own record types (Mamba2's scan, the delta rule) define every figure but `saved`, which a type may
+    leave to Record: refused by name (training memory says which record), never counted as 0."""
+    kinds = {t.__name__ for t in _record_types()}
+    assert {"Matmul", "AttentionCore", "Table", "Norm", "Elementwise", "Conv", "SSDScan", "DeltaRule"} <= kinds
+    for record_type in _record_types():
+        for figure in set(FIGURES) - {"saved"}:
+            assert getattr(record_type, figure) is not getattr(Record, figure), (record_type.__name__, figure)

@@ -84,6 +84,10 @@ class ModelSpec(BaseModel):
                            "column of the softmax that takes probability mass and mixes no value; H parameters "
                            "per block, no matmul."
     )
+    attention_gate: bool = Field(
+        False, description="Qwen3-Next: the query projection is doubled; a sigmoid of the second half gates the "
+                           "attention output, before out"
+    )
     final_norm: bool = Field(True, description="A norm after the last block.")
     bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
     qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
@@ -403,6 +407,7 @@ class ModelSpec(BaseModel):
                             f"{self.qk_rope_dim} channels; leave rotary_dim out")
         for field, bad in (("n_encoder_layers", self.n_encoder_layers), ("qk_norm", self.qk_norm != "none"),
                            ("attention_sinks", getattr(self, "attention_sinks", False)),
+                           ("attention_gate", getattr(self, "attention_gate", False)),
                            ("parallel_block", getattr(self, "parallel_block", "none") != "none")):
             if bad:
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")

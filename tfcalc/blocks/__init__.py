@@ -12,4 +12,6 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
 from . import embedding  # noqa: F401, I001  (each registers)
 from . import attention, conv, cross_attention, mlp, moe, per_layer  # noqa: F401
+from . import mamba2  # noqa: F401
+from . import gated_deltanet  # noqa: F401
 from . import head  # noqa: F401

@@ -49,7 +49,16 @@ FAMILIES: dict[str, tuple[tuple[str, str], ...]] = {t: f.components for t in reg
                                                     if (f := registry.family(t)).components is not None}
 # Components transformers fuses into one module: compared with the sum of tfcalc's (of those it counts)
 MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up"),
-          "attention/norm+conv/norm": ("attention/norm", "conv/norm")}  # one norm before either mixer
+          "attention/norm+conv/norm": ("attention/norm", "conv/norm"),  # one norm before either mixer (LFM2)
+          # Mamba2's pure-torch path runs its conv (F.conv1d on conv1d's weight) and the scan inside the mixer module
+          "mamba2/conv+scan": ("mamba2/conv", "mamba2/scan"),
+          # Nemotron-H: one `mixer` module and one `norm` per block, whichever kind the block is
+          "mamba2/conv+scan+attention/core": ("mamba2/conv", "mamba2/scan", "attention/core"),
+          "mamba2/norm+attention/norm": ("mamba2/norm", "attention/norm"),
+          "mamba2/norm+attention/norm+mlp/norm": ("mamba2/norm", "attention/norm", "mlp/norm"),
+          # Qwen3-Next: input_layernorm before either mixer; the conv (F.conv1d) and the rule run in linear_attn
+          "attention/norm+gated_deltanet/norm": ("attention/norm", "gated_deltanet/norm"),
+          "gated_deltanet/conv+delta_rule": ("gated_deltanet/conv", "gated_deltanet/delta_rule")}
 
 
 def table(model_type: str) -> tuple[tuple[str, str], ...] | None:

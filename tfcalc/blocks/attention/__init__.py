@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...arch.builders import BlockKind, Ctx, attention_core, register, sublayer
-from ...arch.ops import AttentionCore, Mask, Matmul, Norm, Op, Table
+from ...arch.ops import AttentionCore, Elementwise, Mask, Matmul, Norm, Op, Table
+from ...errors import TfcalcError
+
+GATE_FLOPS = 5  # sigmoid (about 4) and the multiply, per element of the attention output
 
 
 def _qk_norms(ctx: Ctx) -> list[Op]:
@@ -32,21 +35,36 @@ def attention(ctx: Ctx) -> list[Op]:
     are the keys: Gemma 4)."""
     spec, t, D, H = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.n_heads
     if spec.is_mla:
+        if spec.attention_gate:
+            raise TfcalcError("attention_gate=True is not modelled with multi-head latent attention (kv_lora_rank="
+                              f"{spec.kv_lora_rank})")
         return sublayer(ctx, "attention", _mla_attention(ctx))
     dh, kv, k_eq_v = ctx.heads
     shared = ctx.layer.kv_shared  # an earlier block's keys and values: only q here, and nothing cached
     kv_width = 0 if shared else (1 if k_eq_v else 2) * kv * dh
+    gate = H * dh if spec.attention_gate else 0  # the query projection doubled: a gate per query channel
     core = attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
                            sinks=int(spec.attention_sinks), d_head=dh, kv_heads=kv)
     return sublayer(ctx, "attention", [
-        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared)
-        Matmul(ctx.name("attention/qkv"), t, D, H * dh + kv_width, bias=spec.has_qkv_bias, split="column"),
+        # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared;
+        # + H*dh for the output gate)
+        Matmul(ctx.name("attention/qkv"), t, D, H * dh + gate + kv_width, bias=spec.has_qkv_bias, split="column"),
         *_qk_norms(ctx),
         *_sinks(ctx),
         replace(core, cached=False, shares_kv=True) if shared else core,
+        *_gate(ctx, dh),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("attention/out"), t, H * dh, D, bias=spec.bias, split="row"),
     ])
+
+
+def _gate(ctx: Ctx, dh: int) -> list[Op]:
+    """Qwen3-Next's output gate: heads [T, H*dh] * sigmoid(gate [T, H*dh]), before the output projection. For
+    backward the sigmoid keeps its output and the multiply both operands (the heads and the sigmoid): 2 T H dh."""
+    if not ctx.spec.attention_gate:
+        return []
+    elements = ctx.t * ctx.spec.n_heads * dh
+    return [Elementwise(ctx.name("attention/gate"), "gate", elements, GATE_FLOPS, kept=2 * elements)]
 
 
 def _mla_attention(ctx: Ctx) -> list[Op]:

@@ -31,8 +31,10 @@ class Attention(nn.Module):
         # window) put in `kv_store` (a dict the stack hands its blocks each forward); it projects only q
         self.kv_shared, self.kv_kind, self.kv_store = layer.kv_shared, layer.window, None
         kv_width = 0 if self.kv_shared else (1 if self.k_eq_v else 2) * Hkv * dh
-        # a global block whose values are its keys (Gemma 4) has no value projection
-        self.qkv = nn.Linear(spec.d_model, H * dh + kv_width, bias=spec.has_qkv_bias)
+        # a global block whose values are its keys (Gemma 4) has no value projection; Qwen3-Next's output gate
+        # doubles the query projection
+        self.gate = H * dh if spec.attention_gate else 0
+        self.qkv = nn.Linear(spec.d_model, H * dh + self.gate + kv_width, bias=spec.has_qkv_bias)
         self.core = AttentionCore(causal, layer.window, explicit)
         self.sinks = Sinks(H) if spec.attention_sinks else None
         self.out = nn.Linear(H * dh, spec.d_model, bias=spec.bias)
@@ -55,11 +57,12 @@ class Attention(nn.Module):
         H, Hkv, dh = self.n_heads, self.n_kv_heads, self.d_head
         if self.kv_shared:
             return self._with_shared_kv(x, context, bias, rope)
-        if self.k_eq_v:  # the values are the key projection's output, before the key norm and rotary
-            q, k = self.qkv(x).split([H * dh, Hkv * dh], dim=-1)
-            v = k
-        else:
-            q, k, v = self.qkv(x).split([H * dh, Hkv * dh, Hkv * dh], dim=-1)
+        # [q | gate | k | v]: the gate (Qwen3-Next's; 0 channels without it) a view its sigmoid does not keep
+        widths = [H * dh, self.gate, Hkv * dh] + ([] if self.k_eq_v else [Hkv * dh])
+        q, gate, k, *v = self.qkv(x).split(widths, dim=-1)
+        # the values are the key projection's output, before the key norm and rotary (Gemma 4)
+        v = k if self.k_eq_v else v[0]
+        gate = gate if self.gate else None
         if self.qk_norm != "none":
             # each norm keeps a copy of its input, not a view of the fused projection's output (which would keep
             # v's part alive too): what a model with separate q and k projections keeps
@@ -76,12 +79,18 @@ class Attention(nn.Module):
         if self.kv_store is not None:  # the last block of this kind before the shared ones leaves its own
             self.kv_store[self.kv_kind] = k, v
         y = run_core(self.core, self.recompute_core, q, k, v, bias, None if self.sinks is None else self.sinks.weight)
-        return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
+        return self.out(self._gated(y.transpose(1, 2).reshape(B, N, H * dh), gate))
+
+    def _gated(self, y: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """Qwen3-Next's output gate: y * sigmoid(gate) (no gate: y)."""
+        return y if gate is None else y * torch.sigmoid(gate)
 
     def _with_shared_kv(self, x: torch.Tensor, context: int, bias, rope) -> torch.Tensor:
         B, N, _ = x.shape
         H, dh = self.n_heads, self.d_head
-        q = self.qkv(x)
+        q, gate = self.qkv(x), None
+        if self.gate:
+            q, gate = q.split([H * dh, self.gate], dim=-1)
         if self.qk_norm in ("head", "per_head"):
             q = self.q_norm(q.view(B, N, H, dh)).view(B, N, H * dh)
         elif self.qk_norm != "none":
@@ -92,7 +101,7 @@ class Attention(nn.Module):
         k, v = self.kv_store[self.kv_kind]
         y = run_core(self.core, self.recompute_core, q.contiguous(), k, v, bias,
                       None if self.sinks is None else self.sinks.weight)
-        return self.out(y.transpose(1, 2).reshape(B, N, H * dh))
+        return self.out(self._gated(y.transpose(1, 2).reshape(B, N, H * dh), gate))
 
 
 class LatentAttention(nn.Module):

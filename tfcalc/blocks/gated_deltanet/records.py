@@ -1,0 +1,153 @@
+"""The gated delta rule's record (`DeltaRule`): what transformers' torch_chunk_gated_delta_rule (train, prefill)
+and torch_recurrent_gated_delta_rule (a one-token decode step after a cache) compute, with the parameters the
+gated DeltaNet keeps beside them (A_log and dt_bias, one each per value head)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...arch.ops import Conv, Parallel, Record
+
+RECURRENT_PER_STATE = 7  # per state element of a decode step: decay, k.S (mul, add), S + k delta (mul, add), q.S
+
+
+def _ceil(a: int, n: int) -> int:
+    return -(-a // n)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaRule(Record):
+    """The gated delta rule over `b` sequences of `s` new tokens, `value_heads` heads of a [key_head_dim,
+    value_head_dim] state each (queries and keys from `key_heads` heads, each repeated value_heads / key_heads times).
+
+    Chunked (`recurrent` False): the sequence is padded to P = ceil(s / chunk) * chunk positions, n = P / chunk
+    chunks of C = chunk; per head, as batched matmuls (bmm) FlopCounterMode counts:
+      k_beta @ k^T and q @ k^T, [n, C, dk] @ [n, dk, C]:   2 * 2 P C dk
+      per chunk, k_cumdecay @ S and q @ S, [C, dk] @ [dk, dv]; k^T @ v_new, [dk, C] @ [C, dv]:  3 * 2 P dk dv
+      per chunk, intra-chunk attention @ v_new, [C, C] @ [C, dv]:   2 P C dv
+    and two unit-lower-triangular solves per chunk (linalg_solve_triangular: FlopCounterMode has no formula for it,
+    it counts 0), [C, C] \\ [C, dv] and [C, C] \\ [C, dk]: C (C - 1) (dk + dv) FLOPs per chunk and head, reported apart
+    in non-matmul as "gated_deltanet/solve_triangular".
+    Recurrent (`recurrent` True, one token after a cache): elementwise products and sums only (no matmul FlopCounterMode
+    counts): about 7 FLOPs per state element, reported in non-matmul as "gated_deltanet/recurrence".
+    `carried`: an inference step keeps the recurrent state [value_heads, key_head_dim, value_head_dim] per sequence.
+    Tensor parallelism splits the heads."""
+
+    component: str
+    b: int
+    s: int
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    chunk: int = 64
+    recurrent: bool = False
+    carried: bool = False
+    sublayer: str = ""
+
+    role = "delta_rule"
+    state_bytes = 4  # the recurrent state is fp32: transformers' torch path runs the rule in float32
+
+    @property
+    def padded(self) -> int:
+        """P: the positions per sequence the chunked form computes (s rounded up to a multiple of the chunk)."""
+        return _ceil(self.s, self.chunk) * self.chunk
+
+    def _chunked(self, heads: int, positions: int) -> int:
+        C, dk, dv = self.chunk, self.key_head_dim, self.value_head_dim
+        # q k^T and k_beta k^T; k_cumdecay S, q S, k^T v_new; intra-chunk attention @ v_new
+        return 2 * self.b * heads * positions * (2 * C * dk + 3 * dk * dv + C * dv)
+
+    def _solves(self, heads: int) -> int:
+        C = self.chunk
+        # per chunk and head: [C, C] unit lower triangular \ [C, dv] and \ [C, dk], C (C - 1) / 2 multiply-adds a column
+        return self.b * heads * (self.padded // C) * C * (C - 1) * (self.key_head_dim + self.value_head_dim)
+
+    def params(self) -> int:
+        return 2 * self.value_heads  # A_log [Hv], dt_bias [Hv]
+
+    def parameters(self) -> dict[str, int]:
+        return {self.component: self.params()}
+
+    def inactive_params(self) -> int:
+        return 0
+
+    def matrix_params(self, tp: int = 1) -> int:
+        return 0
+
+    def forward(self) -> dict[str, int]:
+        if not self.s or self.recurrent:
+            return {}
+        return {self.component: self._chunked(self.value_heads, self.padded)}
+
+    def useful(self) -> int:
+        """The chunked matmuls over the s positions only (a kernel that does not pad the last chunk)."""
+        return 0 if self.recurrent else self._chunked(self.value_heads, self.s)
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        return {}
+
+    def non_matmul(self) -> dict[str, int]:
+        if not self.s:
+            return {}
+        if self.recurrent:
+            return {"gated_deltanet/recurrence": self.b * self.s * self.value_heads * self.key_head_dim
+                    * self.value_head_dim * RECURRENT_PER_STATE}
+        return {"gated_deltanet/solve_triangular": self._solves(self.value_heads)}
+
+    def names(self) -> list[str]:
+        return [self.component]
+
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        return {}
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        return 0
+
+    def state(self, tp: int = 1) -> dict[str, int]:
+        """[b, value_heads / tp, key_head_dim, value_head_dim]: the recurrent state, per sequence."""
+        if not self.carried:
+            return {}
+        return {self.component: self.b * _ceil(self.value_heads, tp) * self.key_head_dim * self.value_head_dim}
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        if not self.s:
+            return None
+        h, hk = _ceil(self.value_heads, tp), _ceil(self.key_heads, tp)
+        dk, dv, t = self.key_head_dim, self.value_head_dim, self.b * self.s
+        if self.recurrent:
+            flops = 2 * t * h * 3 * dk * dv  # k.S, the rank-one update, q.S
+        else:  # a kernel's: the s positions, the solves
+            flops = self._chunked(h, self.s) + self._solves(h)
+        # q, k (key heads), v, g and beta in, the output out; the state read and written back
+        moved = (t * (2 * hk * dk + 2 * h * dv + 2 * h)) * act
+        if self.carried:
+            moved += 2 * self.b * h * dk * dv * self.state_bytes  # read and written in fp32
+        return flops, moved
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        return None
+
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        h = _ceil(self.value_heads, tp)
+        return [h, h]  # A_log, dt_bias: split with the heads
+
+    # `saved` (what the chunked rule keeps for backward) is not defined: the training memory plan refuses a model
+    # with this record by name (UnsupportedFigure) rather than count it wrong.
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        return None  # batched matmuls of activations
+
+    def scores(self) -> int:
+        return 0
+
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaNetConv(Conv):
+    """The gated DeltaNet's convolution over q, k and v: LFM2's `Conv` in every figure but what it keeps for backward,
+    which differs (no gates around it; the input projection's output and the padded output a silu reads), and is not
+    modelled yet: refused by name, never LFM2's figure."""
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        return Record.saved(self, a, recompute, par)

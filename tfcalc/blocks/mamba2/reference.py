@@ -1,0 +1,155 @@
+"""The `mamba2` kind's torch module: Mamba2's mixer, run as transformers' pure-torch path runs it (Mamba2Mixer with
+causal_conv1d_fn / causal_conv1d_update, mamba2_chunk_scan / mamba2_selective_state_update). With a context, the
+conv and the scan start from zero states (only shapes count)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...spec import ModelSpec
+from ..conv.reference import CausalConv
+
+
+def _segment_sum(x: torch.Tensor) -> torch.Tensor:
+    """transformers' segment_sum: [..., Q] -> [..., Q, Q], the sums of x over (j, i] below the diagonal, -inf above."""
+    Q = x.size(-1)
+    x = x[..., None].expand(*x.size(), Q)
+    x = x.masked_fill(~torch.tril(torch.ones(Q, Q, device=x.device, dtype=torch.bool), diagonal=-1), 0)
+    total = torch.cumsum(x, dim=-2)
+    return total.masked_fill(~torch.tril(torch.ones(Q, Q, device=x.device, dtype=torch.bool), diagonal=0), -torch.inf)
+
+
+def _chunks(x: torch.Tensor, pad: int, Q: int) -> torch.Tensor:
+    """[b, s, ...] padded with zeros to a multiple of Q along s, then [b, c, Q, ...]."""
+    x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
+    return x.reshape(x.shape[0], -1, Q, *x.shape[2:])
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b; over a contraction of size 1 a broadcast multiply, as torch's einsum runs it (no bmm: no FLOPs)."""
+    return a * b if a.shape[-1] == 1 else a @ b
+
+
+# The scan's einsums as batched matmuls, for fvcore's jit trace: fvcore's einsum handle reads numpy's einsum_path
+# count, printed to 4 significant digits; its matmul handle counts exactly (the same multiply-adds).
+_AS_MATMUL = {
+    "bclhn,bcshn->bclsh": lambda C, B: _mm(C.permute(0, 1, 3, 2, 4), B.permute(0, 1, 3, 4, 2)).permute(0, 1, 3, 4, 2),
+    "bclsh,bcshp->bclhp": lambda M, x: _mm(M.permute(0, 1, 4, 2, 3), x.permute(0, 1, 3, 2, 4)).permute(0, 1, 3, 2, 4),
+    "bclhn,bclhp->bchpn": lambda B, x: _mm(x.permute(0, 1, 3, 4, 2), B.permute(0, 1, 3, 2, 4)),
+    "bzch,bzhpn->bchpn": lambda d, s: _mm(d.permute(0, 3, 2, 1), s.permute(0, 2, 1, 3, 4).flatten(3)).unflatten(
+        3, s.shape[3:]).permute(0, 2, 1, 3, 4),
+    "bclhn,bchpn->bclhp": lambda C, s: _mm(C.permute(0, 1, 3, 2, 4), s.transpose(-1, -2)).permute(0, 1, 3, 2, 4),
+}
+
+
+def _einsum(equation: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.einsum, as transformers calls it (FlopCounterMode counts the bmm it runs); under a jit trace (fvcore),
+    the same products as matmuls."""
+    if torch.jit.is_tracing():
+        return _AS_MATMUL[equation](a, b)
+    return torch.einsum(equation, a, b)
+
+
+class Scan(nn.Module):
+    """The SSD scan: A_log, D and dt_bias [h]; x [b, s, h, p], dt [b, s, h], B and C [b, s, g, n] -> y [b, s, h, p].
+    Chunked over a sequence (mamba2_chunk_scan), recurrent for one token after a state (selective_state_update)."""
+
+    def __init__(self, heads: int, head_dim: int, d_state: int, groups: int, chunk: int):
+        super().__init__()
+        self.A_log = nn.Parameter(torch.zeros(heads))
+        self.D = nn.Parameter(torch.ones(heads))
+        self.dt_bias = nn.Parameter(torch.zeros(heads))
+        self.head_dim, self.d_state, self.groups, self.chunk = head_dim, d_state, groups, chunk
+
+    def forward(self, x, dt, B, C, context: int = 0) -> torch.Tensor:
+        A = -torch.exp(self.A_log.float())
+        dt = F.softplus(dt + self.dt_bias)
+        if context and x.shape[1] == 1:
+            return self.step(x, dt, A, B, C)
+        return self.chunked(x, dt, A, B, C)
+
+    def step(self, x, dt, A, B, C) -> torch.Tensor:
+        """One token after a state [b, h, p, n] (zeros here): state * exp(dt A) + dt B x, then state @ C (a bmm)."""
+        b, _, h, p = x.shape
+        n, g = self.d_state, self.groups
+        x, dt = x[:, 0], dt[:, 0, :, None, None]  # [b, h, p], [b, h, 1, 1]
+        B = B[:, 0].repeat_interleave(h // g, dim=1)[:, :, None, :]  # [b, h, 1, n]
+        C = C[:, 0].repeat_interleave(h // g, dim=1)  # [b, h, n]
+        state = x.new_zeros(b, h, p, n) * torch.exp(dt * A[:, None, None]) + dt * B * x[..., None]
+        y = torch.bmm(state.view(b * h, p, n), C.reshape(b * h, n, 1)).view(b, h, p)
+        return (y + x * self.D[:, None])[:, None]
+
+    def chunked(self, x, dt, A, B, C) -> torch.Tensor:
+        """transformers' mamba2_chunk_scan, einsum by einsum (FlopCounterMode counts each as a bmm)."""
+        b, s, h, p = x.shape
+        Q, g = self.chunk, self.groups
+        B = B.repeat_interleave(h // g, dim=2)
+        C = C.repeat_interleave(h // g, dim=2)
+        pad = (Q - s % Q) % Q
+        residual = self.D[:, None] * F.pad(x, (0, 0, 0, 0, 0, pad))
+        x = x * dt[..., None]
+        A = A * dt
+        x, A, B, C = (_chunks(t, pad, Q) for t in (x, A, B, C))
+        A = A.permute(0, 3, 1, 2)  # [b, h, c, Q]
+        A_cumsum = torch.cumsum(A, dim=-1)
+        L = torch.exp(_segment_sum(A))
+        G = _einsum("bclhn,bcshn->bclsh", C, B)
+        M = G * L.permute(0, 2, 3, 4, 1)
+        Y_diag = _einsum("bclsh,bcshp->bclhp", M, x)
+        decay = torch.exp(A_cumsum[:, :, :, -1:] - A_cumsum)
+        states = _einsum("bclhn,bclhp->bchpn", B * decay.permute(0, 2, 3, 1)[..., None], x)
+        states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+        decay_chunk = torch.exp(_segment_sum(F.pad(A_cumsum[:, :, :, -1], (1, 0)))).transpose(1, 3)
+        states = _einsum("bzch,bzhpn->bchpn", decay_chunk, states)[:, :-1]
+        Y_off = _einsum("bclhn,bchpn->bclhp", C, states) * torch.exp(A_cumsum).permute(0, 2, 3, 1)[..., None]
+        y = (Y_diag + Y_off).reshape(b, -1, h, p) + residual
+        return y[:, :s]
+
+
+class GatedNorm(nn.Module):
+    """MambaRMSNormGated: rmsnorm(y * silu(z)) over each of g groups of d_inner / g channels, weight [d_inner]."""
+
+    def __init__(self, width: int, groups: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.groups, self.eps = groups, eps
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        y = y * F.silu(z)
+        grouped = y.view(*y.shape[:-1], self.groups, -1)
+        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * grouped.view(y.shape)
+
+
+class Mamba2(nn.Module):
+    """The `mamba2` builder: in_proj, the conv and its silu, the scan, the gated norm, out_proj."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        z, D = spec.sizes("mamba2"), spec.d_model
+        self.sizes = z
+        self.in_proj = nn.Linear(D, z.in_width, bias=z.bias)
+        self.conv = CausalConv(z.conv_channels, z.conv_kernel, z.conv_bias)
+        self.scan = Scan(z.n_heads, z.head_dim, z.d_state, z.n_groups, z.chunk_size)
+        self.gated_norm = GatedNorm(z.d_inner, z.n_groups)
+        self.out_proj = nn.Linear(z.d_inner, D, bias=z.bias)
+
+    def forward(self, h: torch.Tensor, context: int = 0) -> torch.Tensor:
+        z = self.sizes
+        b, s, _ = h.shape
+        gate, xBC, dt = self.in_proj(h).split([z.d_inner, z.conv_channels, z.n_heads], dim=-1)
+        xBC = F.silu(self.conv(xBC.transpose(1, 2), context)).transpose(1, 2)
+        x, B, C = xBC.split([z.d_inner, z.n_groups * z.d_state, z.n_groups * z.d_state], dim=-1)
+        y = self.scan(x.reshape(b, s, z.n_heads, z.head_dim), dt, B.reshape(b, s, z.n_groups, z.d_state),
+                      C.reshape(b, s, z.n_groups, z.d_state), context)
+        return self.out_proj(self.gated_norm(y.reshape(b, s, z.d_inner), gate))
+
+
+def attach(block: nn.Module, site) -> None:
+    block.mamba2 = Mamba2(site.spec)
+
+
+def forward(block: nn.Module, x: torch.Tensor, env) -> torch.Tensor:
+    return block.normed("mamba2", lambda h: block.mamba2(h, env.context), x)
