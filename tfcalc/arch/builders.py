@@ -124,14 +124,73 @@ class BlockKind:
     sizes: type | None = None
 
 
-KINDS: dict[str, BlockKind] = {}
+class _Kinds(dict):
+    """name -> BlockKind. A kind registered `lazily` (its module's path) is imported the first time it is named
+    (`KINDS["mamba2"]`, `"mamba2" in KINDS`, `KINDS.get`) or the registry is listed: a count of a model without it
+    never imports it (start-up: benchmarks/startup.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lazy: dict[str, str] = {}  # name -> the module that registers it
+
+    def _load(self, name: str) -> None:
+        module = self.lazy.pop(name, None)
+        if module is not None:
+            import importlib
+
+            importlib.import_module(module)
+
+    def _load_all(self) -> None:
+        for name in list(self.lazy):
+            self._load(name)
+
+    def __getitem__(self, name):
+        self._load(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name) -> bool:
+        self._load(name)
+        return super().__contains__(name)
+
+    def get(self, name, default=None):
+        self._load(name)
+        return super().get(name, default)
+
+    def __iter__(self):
+        self._load_all()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load_all()
+        return super().__len__()
+
+    def keys(self):
+        self._load_all()
+        return super().keys()
+
+    def values(self):
+        self._load_all()
+        return super().values()
+
+    def items(self):
+        self._load_all()
+        return super().items()
+
+
+KINDS: dict[str, BlockKind] = _Kinds()
 
 
 def register(kind: BlockKind) -> BlockKind:
     """Add a block kind (one place per kind, like torch's register_flop_formula)."""
-    assert kind.name not in KINDS, kind.name
-    KINDS[kind.name] = kind
+    assert not dict.__contains__(KINDS, kind.name), kind.name
+    KINDS.lazy.pop(kind.name, None)
+    dict.__setitem__(KINDS, kind.name, kind)
     return kind
+
+
+def register_lazily(name: str, module: str) -> None:
+    """A kind whose module registers it when it is first named: the mixers most models do not have."""
+    KINDS.lazy[name] = module
 
 
 def norm(ctx: Ctx, component: str, rows: int) -> Norm:
