@@ -102,7 +102,7 @@ def test_full_attention_blocks_need_no_window(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"num_local_experts": 1}, "num_local_experts=1 is not modelled"),
-    ({"num_experts": 1}, "num_local_experts=1 is not modelled"),
+    ({"num_experts": 1}, "num_experts=1 is not modelled"),  # the config's own name (the attribute_map alias)
     ({"num_local_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok=5 is not modelled"),
     ({"num_hidden_layers": 2, "layer_types": ["full_attention"]}, "layer_types=['full_attention'] is not modelled"),
     ({"num_hidden_layers": 1, "layer_types": ["chunked_attention"]}, "entries 'chunked_attention'"),

@@ -111,9 +111,13 @@ def read_hf_config(path: str | Path) -> SpecFile:
         raise TfcalcError("\n".join(problems))
     cfg = {key: given[key] for key in types if key in given}  # a mapper reads only fields whose type is checked
     try:
+        refuse_if(raw, "text_config", family.nested is None and raw.get("text_config") is not None,
+                  f"{model_type} has no text_config (transformers builds it from the top-level fields and does not "
+                  "read this one); give its fields at the top level")
         fields = family.mapper(unalias(cfg, family.aliases, notes), notes)
     except Unmodelled as e:
-        raise TfcalcError(f"{path}: {e}; supported: the standard {model_type} architecture") from None
+        message = _in_alias_names(str(e), cfg, family.aliases)
+        raise TfcalcError(f"{path}: {message}; supported: the standard {model_type} architecture") from None
     max_positions = fields.pop("context")
     seq_len = min(max_positions, SEQ_LEN_CAP)
     if seq_len < max_positions:
@@ -172,9 +176,23 @@ def _in_config_names(line: str, cfg: dict[str, Any], types: dict[str, str]) -> s
     return re.sub(rf"\bgive (?P<field>{fields})\b", give, line)
 
 
+def _in_alias_names(message: str, cfg: dict[str, Any], aliases: dict[str, str]) -> str:
+    """A mapper's refusal in the config's own words: `num_experts=1` where the file gave num_local_experts: 1 (an
+    alias read into num_experts) becomes `num_local_experts=1`. A message that names the alias already (it says
+    how the alias was read) is left as it is."""
+    import re
+
+    for alias, own in aliases.items():
+        if alias in cfg and not re.search(rf"(?<![\w.]){re.escape(alias)}\b", message):
+            message = re.sub(rf"(?<![\w.]){re.escape(own)}=", f"{alias}=", message)
+    return message
+
+
 def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, notes: list[str]) -> tuple[dict, str]:
     """The language model's config of a multimodal config (Gemma 3: its text_config, with the outer
-    tie_word_embeddings and _name_or_path), and its model_type."""
+    tie_word_embeddings and _name_or_path), and its model_type. transformers ties the head by the outer flag alone
+    (the multimodal class's default, the same as its language model's, when the file gives none): a flag inside
+    the text_config is not read."""
     inner_type, key = nested
     inner = raw.get(key)
     if inner is None:
@@ -184,6 +202,10 @@ def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, not
     if inner.get("model_type", inner_type) != inner_type:
         raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
     outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
+    if "tie_word_embeddings" in inner and "tie_word_embeddings" not in raw:
+        notes.append(f"{key}.tie_word_embeddings={show(inner['tie_word_embeddings'])} not read: transformers ties "
+                     f"the head by the outer tie_word_embeddings (absent: {model_type}'s default)")
+        inner = {k: v for k, v in inner.items() if k != "tie_word_embeddings"}
     notes.append(f"{model_type}: the language model read from {key} ({inner_type}); the other towers (vision, "
                  "audio) and the multimodal projectors are not counted")
     return {**inner, **outer, "model_type": inner_type}, inner_type
@@ -235,15 +257,25 @@ def refuse_if(cfg: dict, key: str, bad: bool, why: str) -> None:
 
 def unalias(cfg: dict, aliases: dict[str, str], notes: list[str]) -> dict:
     """`cfg` with each common name a config gave (hidden_size, ...) read into the field it stands for (n_embd, ...):
-    transformers' attribute_map sets that field from it, over the field's own value. read_hf_config applies a
-    family's `aliases` before its mapper runs."""
+    transformers' attribute_map sets that field from it, over the field's own value, once the class has set its own
+    fields (cfg[SHADOWED] keeps the values read over). read_hf_config applies a family's `aliases` before its mapper
+    runs. Where a class declares the alias as a field of its own, the attribute_map's target is the name set last:
+    the family lists the pair the other way round (Qwen3-MoE: num_local_experts over num_experts)."""
     cfg = dict(cfg)
+    shadowed = {}
     for alias, own in aliases.items():
         if alias in cfg:
             notes.append(f"{alias}={show(cfg[alias])} read as {own} (transformers sets {own} from it, over any {own} "
                          "given)")
+            if own in cfg:
+                shadowed[own] = cfg[own]
             cfg[own] = cfg.pop(alias)
+    if shadowed:  # the fields' own values (a file's or the default), for a class that derives another field from
+        cfg[SHADOWED] = shadowed  # one before the alias is set (T5: num_decoder_layers from num_layers)
     return cfg
+
+
+SHADOWED = "_shadowed"  # unalias: the fields' own values an alias was read over
 
 
 # The JSON kinds of the fields decoder_fields reads, as the LLaMA-like config classes declare them (a family adds its

@@ -25,8 +25,9 @@ BERT_COMPONENTS = [
 
 
 def bert(cfg: dict, notes: list[str]) -> dict:
-    # transformers 4 read this field (transformers 5 dropped it and supports absolute positions alone)
-    refuse_if(cfg, "position_embedding_type", cfg.get("position_embedding_type", "absolute") != "absolute",
+    # transformers 4 read this field (transformers 5 dropped it and supports absolute positions alone); null is
+    # absolute in both
+    refuse_if(cfg, "position_embedding_type", cfg.get("position_embedding_type") not in ("absolute", None),
               "relative position embeddings add a distance table")
     refuse_if(cfg, "add_cross_attention", cfg["add_cross_attention"] is True, "cross-attention adds layers")
     positions = cfg["max_position_embeddings"]
@@ -55,7 +56,7 @@ register(
            types=dict(vocab_size="size", hidden_size="size", num_hidden_layers="size", num_attention_heads="size",
                       intermediate_size="size", hidden_act="str", max_position_embeddings="size",
                       type_vocab_size="count", is_decoder="bool", add_cross_attention="bool",
-                      position_embedding_type="str")),
+                      position_embedding_type="str?")),
     Family("roberta", like="bert", mapper=roberta, defaults=dict(vocab_size=50265)),
     Family("xlm-roberta", like="roberta", defaults=dict(vocab_size=30522)),
 )

@@ -18,10 +18,12 @@ GEMMA2_COMPONENTS = [  # sandwich norms: before and after attention, before and 
     *DECODER_COMPONENTS,
 ]
 
-# Gemma 2 and 3 run hidden_activation (hidden_act, which their published configs also carry, is not read);
-# the kinds are transformers 5's declarations (query_pre_attn_scalar an int, the soft-caps floats or null)
-GEMMA2_TYPES = DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
-                                    attention_bias="bool", query_pre_attn_scalar="int", sliding_window="int?",
+# Gemma 2 and 3 run hidden_activation (hidden_act, which their published configs also carry, is not read: null is
+# taken, as their config classes take it); the kinds are transformers 5's declarations (query_pre_attn_scalar an int,
+# the soft-caps floats or null)
+GEMMA2_TYPES = DECODER_TYPES | dict(hidden_act="str?", num_key_value_heads="size", head_dim="size",
+                                    hidden_activation="str", attention_bias="bool", query_pre_attn_scalar="int",
+                                    sliding_window="int?",
                                     layer_types="strings?", final_logit_softcapping="float?",
                                     attn_logit_softcapping="float?", use_bidirectional_attention="bool?")
 

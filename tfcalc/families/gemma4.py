@@ -34,7 +34,7 @@ DEFAULTS = dict(vocab_size=262_144, hidden_size=2304, intermediate_size=9216, nu
                 top_k_experts=None, moe_intermediate_size=None, vocab_size_per_layer_input=262_144)
 # global_head_dim and num_global_key_value_heads are not declared by Gemma4TextConfig: its __post_init__ pops them
 # from its kwargs (global_head_dim default 512) into per_layer_config, which a saved config carries instead
-TYPES = DECODER_TYPES | dict(num_key_value_heads="size", head_dim="size", hidden_activation="str",
+TYPES = DECODER_TYPES | dict(hidden_act="str?", num_key_value_heads="size", head_dim="size", hidden_activation="str",
                              attention_bias="bool", sliding_window="int", layer_types="strings?",
                              final_logit_softcapping="float?", use_bidirectional_attention="all|vision?",
                              hidden_size_per_layer_input="count", attention_k_eq_v="bool",
@@ -96,18 +96,23 @@ def _count_global(kinds: list[str], L: int) -> int:
 def _global_overrides(cfg: dict, kinds: list[str], L: int, notes: list[str]) -> tuple[int, int | None]:
     """The global blocks' head_dim and key/value heads (None: num_key_value_heads), as Gemma4TextConfig sets them:
     from per_layer_config when a config carries it (transformers saves one), else from global_head_dim (default
-    512) and, with attention_k_eq_v, num_global_key_value_heads."""
-    overrides = cfg.get("per_layer_config")
-    if overrides is None:
+    512) and, with attention_k_eq_v, num_global_key_value_heads. An explicit null is a per_layer_config given
+    (Gemma4TextConfig derives one only when the key is absent): no overrides, every block the local shape."""
+    if "per_layer_config" not in cfg:
         k_eq_v = cfg["attention_k_eq_v"] is True
         if cfg.get("num_global_key_value_heads") is not None and not k_eq_v:
             notes.append(f"num_global_key_value_heads={cfg['num_global_key_value_heads']} not read: transformers "
                          "uses it only with attention_k_eq_v=true")
         return cfg.get("global_head_dim", GLOBAL_HEAD_DIM), cfg.get("num_global_key_value_heads") if k_eq_v else None
+    overrides = cfg["per_layer_config"]
     for field in ("global_head_dim", "num_global_key_value_heads"):
         if field in cfg:
             notes.append(f"{field}={cfg[field]} not read: per_layer_config is given (transformers then takes the "
                          "blocks' sizes from it)")
+    if overrides is None:
+        notes.append("per_layer_config=None: no per-block overrides (transformers derives them only when the field "
+                     "is absent); the global blocks have the local blocks' head_dim and key/value heads")
+        overrides = {}
     try:
         blocks = {int(index): value for index, value in overrides.items()}
     except (TypeError, ValueError):

@@ -184,7 +184,8 @@ register(
            LLAMA_COMPONENTS),
     Family("mistral", MISTRAL_DEFAULTS, MISTRAL_TYPES, mistral, LLAMA_COMPONENTS),
     Family("mixtral", like="mistral", defaults=dict(sliding_window=None, num_experts_per_tok=2, num_local_experts=8),
-           types=dict(num_experts_per_tok="size", num_local_experts="int"), mapper=mixtral),
+           types=dict(num_experts_per_tok="size", num_local_experts="int"), mapper=mixtral,
+           aliases=dict(num_experts="num_local_experts")),
     Family("phi3", dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
                         num_attention_heads=32, num_key_value_heads=None, hidden_act="silu",
                         max_position_embeddings=4096, tie_word_embeddings=False, sliding_window=None),
@@ -199,8 +200,10 @@ register(
                       num_experts_per_tok="size", num_experts="int", mlp_only_layers="integers?", qkv_bias="bool")),
     Family("qwen3", like="qwen2", mapper=qwen3, defaults=dict(head_dim=128, attention_bias=False),
            types=dict(head_dim="size", attention_bias="bool")),
-    # Qwen3MoeConfig and Olmo2Config declare no head_dim, but their attention reads one when a config gives it
-    Family("qwen3_moe", mapper=qwen3_moe, components=LLAMA_COMPONENTS,
+    # Qwen3MoeConfig and Olmo2Config declare no head_dim, but their attention reads one when a config gives it.
+    # Qwen3MoeConfig declares num_experts and its attribute_map sets num_local_experts from it (what save_pretrained
+    # writes): num_local_experts, given, is set after it and wins, so it is the alias here
+    Family("qwen3_moe", mapper=qwen3_moe, components=LLAMA_COMPONENTS, aliases=dict(num_local_experts="num_experts"),
            defaults=dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
                          num_attention_heads=32, num_key_value_heads=4, hidden_act="silu",
                          max_position_embeddings=32768, tie_word_embeddings=False, attention_bias=False,

@@ -45,4 +45,4 @@ def marian(cfg: dict, notes: list[str]) -> dict:
 register(Family("marian", like="bart", mapper=marian, components=COMPONENTS,
                 defaults=dict(vocab_size=58101, decoder_vocab_size=None, share_encoder_decoder_embeddings=True),
                 types=dict(decoder_vocab_size="size?", share_encoder_decoder_embeddings="bool",
-                           normalize_before="bool")))
+                           normalize_before="bool?")))

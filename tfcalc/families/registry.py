@@ -70,7 +70,9 @@ class Family:
     types: Mapping[str, str] | None = None  # field -> JSON kind (tfcalc.hf.KINDS); a field not here is not read
     mapper: Mapper | None = None
     components: Sequence[Rule] | None = None  # transformers' module names -> tfcalc components (check --hf-config)
-    aliases: Mapping[str, str] | None = None  # the config class's attribute_map: common name -> the field it sets
+    # the config class's attribute_map: common name -> the field it sets, read over it (the other way round where the
+    # class declares the common name as a field itself: the name transformers sets last is the key)
+    aliases: Mapping[str, str] | None = None
     encoder_decoder: bool | None = None
     nested: tuple[str, str] | None = None  # (the language model's model_type, the field holding its config)
     like: str | None = None  # the family this one starts from

@@ -4,7 +4,7 @@ table."""
 
 from __future__ import annotations
 
-from ..hf import refuse_if
+from ..hf import SHADOWED, refuse_if
 from .registry import Difference, Family, register
 
 _BLOCK = r"(?P<stack>encoder|decoder)\.block\.\d+\.layer\.\d+\."
@@ -39,7 +39,10 @@ def t5(cfg: dict, notes: list[str]) -> dict:
     # transformers: gated-gelu runs gelu_new (the tanh approximation)
     activation = "gelu_tanh" if proj == "gated-gelu" else proj.removeprefix("gated-")
     layers = cfg["num_layers"]
-    decoder = cfg["num_decoder_layers"] if cfg["num_decoder_layers"] is not None else layers
+    # T5Config takes a null num_decoder_layers from num_layers' own value, before num_hidden_layers (its alias) is set
+    decoder = cfg["num_decoder_layers"]
+    if decoder is None:
+        decoder = cfg.get(SHADOWED, {}).get("num_layers", layers)
     tie = cfg.get("tie_word_embeddings", True)
     if tie is False:
         notes.append("tie_word_embeddings=false: the head is counted untied, as the v1.1/FLAN checkpoints hold it "
@@ -66,6 +69,8 @@ def untied_head(d: Difference) -> str | None:
 register(Family(
     "t5", mapper=t5, components=COMPONENTS, encoder_decoder=True, known=untied_head,
     layer_keys={"num_layers": "n_encoder_layers", "num_decoder_layers": "n_layers"},
+    aliases=dict(hidden_size="d_model", num_attention_heads="num_heads", num_hidden_layers="num_layers",
+                 head_dim="d_kv"),
     defaults=dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=None,
                   num_heads=8, relative_attention_num_buckets=32, feed_forward_proj="relu"),
     types=dict(vocab_size="size", d_model="size", d_kv="size", d_ff="size", num_layers="size",

@@ -425,7 +425,8 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
         inner_type, key = nested[model_type]
         outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
-        raw = {**(raw.get(key) or {}), **outer, "model_type": inner_type}
+        inner = {k: v for k, v in (raw.get(key) or {}).items() if k != "tie_word_embeddings"}  # the outer flag ties
+        raw = {**inner, **outer, "model_type": inner_type}
         notes.append(f"{model_type}: transformers' language model built from {key} ({inner_type}), as tfcalc reads "
                      "it; the vision tower and the projector are left out on both sides")
         model_type = inner_type
