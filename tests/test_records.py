@@ -9,7 +9,6 @@ from tfcalc import build, load_preset
 from tfcalc.arch import Group
 from tfcalc.arch.ops import (
     AttentionCore,
-    Conv,
     Elementwise,
     Matmul,
     Norm,
@@ -18,6 +17,7 @@ from tfcalc.arch.ops import (
     Table,
     UnsupportedFigure,
 )
+from tfcalc.blocks.conv.records import Conv
 from tfcalc.counts import folds
 
 FIGURES = {  # every figure a record answers, with arguments

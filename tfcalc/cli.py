@@ -179,9 +179,11 @@ _REVISION = inspect.Parameter("revision", inspect.Parameter.KEYWORD_ONLY, defaul
 
 def _hub_models(kwargs: dict) -> None:
     """--hf-config ORG/NAME (and compare's ORG/NAME arguments) -> the cached config.json, at --revision."""
+    revision = kwargs.pop("revision", None)
+    if revision is None and kwargs.get("hf_config") is None and not kwargs.get("models"):
+        return  # nothing to resolve (tfcalc.hub not imported)
     from . import hub
 
-    revision = kwargs.pop("revision", None)
     if "models" in kwargs:
         ids = [m for m in kwargs["models"] or () if hub.is_id(m)]
         if revision is not None and not ids:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import BlockKind, Ctx, register, sublayer
-from ...arch.ops import Conv, Elementwise, Matmul, Op
+from ...arch.ops import Elementwise, Matmul, Op
+from .records import Conv
 
 GATES = 2  # B * x before the convolution, C * its output after it
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...arch.ops import Conv, Parallel, Record
+from ...arch.ops import Parallel, Record
+from ..conv.records import Conv
 
 RECURRENT_PER_STATE = 7  # per state element of a decode step: decay, k.S (mul, add), S + k delta (mul, add), q.S
 

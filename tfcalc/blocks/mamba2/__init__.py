@@ -15,7 +15,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register, sublayer
-from ...arch.ops import Conv, Elementwise, Matmul, Norm, Op
+from ...arch.ops import Elementwise, Matmul, Norm, Op
+from ..conv.records import Conv
 from ..conv import outputs
 from .records import SSDScan
 
