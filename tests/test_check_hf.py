@@ -226,3 +226,12 @@ def test_a_family_hook_marks_its_documented_difference(tmp_path, monkeypatch):
     assert [(d.component, d.analytic + 3 == d.transformers) for d in seen] == [("mlp/up", True), ("total", True)]
     assert all(d.workload == report.workload and d.config["model_type"] == "llama" and d.spec.seq_len == 8
                and d.spec.batch_size == 2 for d in seen)
+
+
+def test_a_fused_name_says_its_parts():
+    # a family's table names a module transformers fuses by the components it holds: no list of them in hf_model
+    assert hf_model.fused_parts("mlp/gate+up") == ("mlp/gate", "mlp/up")
+    assert hf_model.fused_parts("attention/norm+conv/norm") == ("attention/norm", "conv/norm")
+    assert hf_model.fused_parts("mamba2/conv+scan+attention/core") == ("mamba2/conv", "mamba2/scan", "attention/core")
+    assert hf_model.fused_parts("gated_deltanet/conv+delta_rule") == ("gated_deltanet/conv", "gated_deltanet/delta_rule")
+    assert not hasattr(hf_model, "MERGED")

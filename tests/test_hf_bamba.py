@@ -17,14 +17,6 @@ from tfcalc.hf import DEFAULTS, read_hf_config
 from tfcalc.verify import hf_model
 
 
-@pytest.fixture(autouse=True)
-def merged_rows(monkeypatch):
-    # transformers' input_layernorm is before the Mamba2 mixer or the attention, and BambaMixer runs the conv and the
-    # scan in its own forward: each compared with the sum of tfcalc's (until tfcalc/verify/hf_model.MERGED has them)
-    monkeypatch.setitem(hf_model.MERGED, "mamba2/norm+attention/norm", ("mamba2/norm", "attention/norm"))
-    monkeypatch.setitem(hf_model.MERGED, "mamba2/conv+scan", ("mamba2/conv", "mamba2/scan"))
-
-
 def write(folder, config: dict):
     path = folder / "config.json"
     path.write_text(json.dumps(config))

@@ -18,13 +18,6 @@ from tfcalc.hf import DEFAULTS, read_hf_config
 from tfcalc.verify import check, hf_model
 
 
-@pytest.fixture(autouse=True)
-def merged_conv_and_scan(monkeypatch):
-    # transformers runs the conv (F.conv1d on conv1d's weight) and the scan's einsums inside Mamba2Mixer.forward: one
-    # module's own FLOPs, compared with the sum of tfcalc's two (until tfcalc/verify/hf_model.MERGED has this entry)
-    monkeypatch.setitem(hf_model.MERGED, "mamba2/conv+scan", ("mamba2/conv", "mamba2/scan"))
-
-
 def write(folder, config: dict):
     path = folder / "config.json"
     path.write_text(json.dumps(config))

@@ -33,17 +33,6 @@ NEMOTRON_H_8B = {"model_type": "nemotron_h", "attention_bias": False, "attention
                  "use_conv_bias": True, "vocab_size": 131072}
 
 
-@pytest.fixture(autouse=True)
-def merged_rows(monkeypatch):
-    # transformers' block norm is `layers.N.norm` whatever the block's mixer, and `layers.N.mixer` is the Mamba2 mixer
-    # (its own FLOPs: the conv and the scan) or the attention (its own: the core): each compared with the sum of
-    # tfcalc's (until tfcalc/verify/hf_model.MERGED has these entries)
-    monkeypatch.setitem(hf_model.MERGED, "mamba2/norm+attention/norm+mlp/norm",
-                        ("mamba2/norm", "attention/norm", "mlp/norm"))
-    monkeypatch.setitem(hf_model.MERGED, "mamba2/conv+scan+attention/core",
-                        ("mamba2/conv", "mamba2/scan", "attention/core"))
-
-
 def write(folder, config: dict):
     path = folder / "config.json"
     path.write_text(json.dumps(config))

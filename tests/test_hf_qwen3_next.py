@@ -62,15 +62,6 @@ def ids(vocab: int, batch: int, seq_len: int):
     return torch.randint(vocab, (batch, seq_len), generator=torch.Generator().manual_seed(0))
 
 
-@pytest.fixture(autouse=True)
-def merged(monkeypatch):
-    # the rows check --hf-config compares as sums (one transformers module for two tfcalc components), until
-    # tfcalc.verify.hf_model.MERGED has them
-    monkeypatch.setitem(hf_model.MERGED, "attention/norm+gated_deltanet/norm", ("attention/norm", "gated_deltanet/norm"))
-    monkeypatch.setitem(hf_model.MERGED, "gated_deltanet/conv+delta_rule",
-                        ("gated_deltanet/conv", "gated_deltanet/delta_rule"))
-
-
 def test_defaults_are_transformers_defaults():
     for key, value in DEFAULTS["qwen3_next"].items():
         assert getattr(transformers.Qwen3NextConfig, key) == value, key

@@ -39,7 +39,7 @@ TYPES = {"vocab_size": "size", "tie_word_embeddings": "bool", "hidden_size": "si
 LAYERS = r"model\.layers\.\d+"
 COMPONENTS = [
     (r"model\.embed_tokens", "embedding/token"),
-    # one norm before the block's mixer, Mamba2 or attention: compared with the sum of both (hf_model.MERGED)
+    # one norm before the block's mixer, Mamba2 or attention: compared with the sum of both (hf_model.fused_parts)
     (rf"{LAYERS}\.input_layernorm", "mamba2/norm+attention/norm"),
     *mixer_rules(LAYERS, "mamba"),
     (rf"{LAYERS}\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),

@@ -47,7 +47,7 @@ LAYER_TYPES = {"conv": "conv+mlp", "full_attention": "attention+mlp"}
 
 COMPONENTS = [  # transformers' module names -> tfcalc components (check --hf-config)
     (r"model\.embed_tokens", "embedding/token"),
-    # one norm before the block's mixer, attention or conv: compared with the sum of both (hf_model.MERGED)
+    # one norm before the block's mixer, attention or conv: compared with the sum of both (hf_model.fused_parts)
     (r"model\.layers\.\d+\.operator_norm", "attention/norm+conv/norm"),
     (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
     (r"model\.layers\.\d+\.self_attn\.q_layernorm", "attention/q_norm"),

@@ -31,7 +31,7 @@ def mixer_rules(blocks: str, mixer: str = "mixer") -> list[tuple[str, str]]:
     """transformers' Mamba2 mixer modules -> tfcalc components, for a model whose blocks sit at `blocks` (a regex) and
     whose mixer is `mixer` inside a block. The conv runs as F.conv1d on conv1d's weight inside the mixer's forward, and
     the scan's einsums too: the mixer's own FLOPs are the conv's and the scan's, compared with their sum
-    (hf_model.MERGED "mamba2/conv+scan"), and so are conv1d's weight and bias with A_log, D and dt_bias."""
+    (hf_model.fused_parts "mamba2/conv+scan"), and so are conv1d's weight and bias with A_log, D and dt_bias."""
     return [(rf"{blocks}\.{mixer}\.in_proj", "mamba2/in_proj"),
             (rf"{blocks}\.{mixer}\.conv1d", "mamba2/conv+scan"),
             (rf"{blocks}\.{mixer}", "mamba2/conv+scan"),

@@ -48,14 +48,14 @@ BLOCKS = {"linear_attention": "mamba2", "full_attention": "attention", "mlp": "m
 LAYERS = r"model\.layers\.\d+"
 COMPONENTS = [
     (r"model\.embeddings", "embedding/token"),
-    # one norm before each block's one mixer: compared with the sum of the three kinds' (hf_model.MERGED)
+    # one norm before each block's one mixer: compared with the sum of the three kinds' (hf_model.fused_parts)
     (rf"{LAYERS}\.norm", "mamba2/norm+attention/norm+mlp/norm"),
     (rf"{LAYERS}\.mixer\.(q_proj|k_proj|v_proj)", "attention/qkv"),
     (rf"{LAYERS}\.mixer\.o_proj", "attention/out"),
     (rf"{LAYERS}\.mixer\.up_proj", "mlp/up"),
     (rf"{LAYERS}\.mixer\.down_proj", "mlp/down"),
     # `mixer` is the Mamba2 mixer (its own FLOPs: the conv and the scan) or the attention (its own: the core): one
-    # name, compared with the sum of the three (hf_model.MERGED)
+    # name, compared with the sum of the three (hf_model.fused_parts)
     *[(pattern, "mamba2/conv+scan+attention/core" if component == "mamba2/conv+scan" else component)
       for pattern, component in mixer_rules(LAYERS)],
     (r"model\.norm_f", "final_norm"),

@@ -56,7 +56,7 @@ LAYER_TYPES = {"linear_attention": "gated_deltanet", "full_attention": "attentio
 
 COMPONENTS = [  # transformers' module names -> tfcalc components (check --hf-config)
     (r"model\.embed_tokens", "embedding/token"),
-    # one norm before the block's mixer, attention or gated DeltaNet: compared with the sum of both (hf_model.MERGED)
+    # one norm before the block's mixer, attention or gated DeltaNet: compared with the sum of both (hf_model.fused_parts)
     (r"model\.layers\.\d+\.input_layernorm", "attention/norm+gated_deltanet/norm"),
     (r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj)", "attention/qkv"),
     (r"model\.layers\.\d+\.self_attn\.q_norm", "attention/q_norm"),

@@ -47,18 +47,20 @@ INSTALL_HINT = ("transformers is not installed: the check against transformers' 
 # model_type -> its table, for every family that has one (a view of the registry once tfcalc.hf has loaded it)
 FAMILIES: dict[str, tuple[tuple[str, str], ...]] = {t: f.components for t in registry.REGISTRY
                                                     if (f := registry.family(t)).components is not None}
-# Components transformers fuses into one module: compared with the sum of tfcalc's (of those it counts)
-MERGED = {"mlp/gate+up": ("mlp/gate", "mlp/up"),
-          "attention/norm+conv/norm": ("attention/norm", "conv/norm"),  # one norm before either mixer (LFM2)
-          # Mamba2's pure-torch path runs its conv (F.conv1d on conv1d's weight) and the scan inside the mixer module
-          "mamba2/conv+scan": ("mamba2/conv", "mamba2/scan"),
-          # Nemotron-H: one `mixer` module and one `norm` per block, whichever kind the block is
-          "mamba2/conv+scan+attention/core": ("mamba2/conv", "mamba2/scan", "attention/core"),
-          "mamba2/norm+attention/norm": ("mamba2/norm", "attention/norm"),
-          "mamba2/norm+attention/norm+mlp/norm": ("mamba2/norm", "attention/norm", "mlp/norm"),
-          # Qwen3-Next: input_layernorm before either mixer; the conv (F.conv1d) and the rule run in linear_attn
-          "attention/norm+gated_deltanet/norm": ("attention/norm", "gated_deltanet/norm"),
-          "gated_deltanet/conv+delta_rule": ("gated_deltanet/conv", "gated_deltanet/delta_rule")}
+def fused_parts(component: str) -> tuple[str, ...]:
+    """A module transformers fuses, named by a family's table as the tfcalc components it holds joined by '+', each
+    part without a '/' in the stem of the one before it: 'mlp/gate+up' is mlp/gate and mlp/up (Phi-3);
+    'attention/norm+conv/norm' one norm before either mixer (LFM2's operator_norm); 'mamba2/conv+scan' the conv and
+    the scan Mamba2's torch path runs inside its mixer module. Compared with the sum of the parts tfcalc counts, so
+    no list of fused names is kept here (a family's table says them)."""
+    parts, stem = [], ""
+    for part in component.split("+"):
+        if "/" in part:
+            stem = part.rpartition("/")[0] + "/"
+        else:
+            part = stem + part
+        parts.append(part)
+    return tuple(parts)
 
 
 def table(model_type: str) -> tuple[tuple[str, str], ...] | None:
@@ -359,12 +361,12 @@ def _rows(figure: str, model_type: str, analytic: dict[str, int], measured: dict
             unmapped[re.sub(r"\.\d+\.", ".*.", name)] += value
         else:
             mapped[component] += value
-    for fused, parts in MERGED.items():  # the sum of the parts tfcalc counts, in the place of the first of them
-        if fused in mapped:  # (none counted: a row of its own, 0 against transformers')
-            first = next((k for k in analytic if k in parts), None)
-            merged = sum(analytic.get(p, 0) for p in parts)
-            analytic = {(fused if k == first else k): (merged if k == first else v)
-                        for k, v in analytic.items() if k == first or k not in parts}
+    for fused in [c for c in mapped if "+" in c]:  # the sum of the parts tfcalc counts, in the place of the first
+        parts = fused_parts(fused)  # (none counted: a row of its own, 0 against transformers')
+        first = next((k for k in analytic if k in parts), None)
+        merged = sum(analytic.get(p, 0) for p in parts)
+        analytic = {(fused if k == first else k): (merged if k == first else v)
+                    for k, v in analytic.items() if k == first or k not in parts}
     rows = []
     for component in dict.fromkeys([*analytic, *mapped]):
         a, t = analytic.get(component, 0), mapped.get(component, 0)
