@@ -105,7 +105,7 @@ class InferenceMemory:
             "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
             "kv_cache_components": self.kv_cache.to_dict(), "kv_bytes_per_token": self.kv_bytes_per_token,
             "state_bytes": self.state_bytes, "state_components": self.state.to_dict(),
-            "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "state_bytes_per_sequence": self.state_bytes_per_sequence, "state_dtypes": dict(self.state_dtypes),
             "total_bytes": self.total_bytes, "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes,
             "fits": self.fits, "max_sequences": self.max_sequences, "tp": self.tp, "smallest_tp": self.smallest_tp,
         }
