@@ -124,3 +124,18 @@ def test_shared_experts_and_their_gate_keep_the_routers_input_once(recompute):
     report = check_memory(spec, Workload(seq_len=16, batch_size=2), "bf16-mixed", "adamw", recompute, "meta")
     rows = {r.category: r for r in report.rows}
     assert rows["activations (end of forward)"].difference == 0, rows["activations (end of forward)"]
+
+
+def test_a_cpu_step_the_machine_cannot_hold_is_refused_before_allocating(monkeypatch):
+    import tfcalc.profile.memory as profile_memory
+    from tfcalc import TfcalcError
+    from tfcalc.verify import memory as measuring
+
+    spec, w = small("llama2-7b")
+    monkeypatch.setattr(profile_memory, "available_bytes", lambda device: 1024)  # a machine with 1 KiB free
+    monkeypatch.setattr(measuring, "measure_training_memory", lambda *a, **k: pytest.fail("allocated"))
+    with pytest.raises(TfcalcError, match=r"device='cpu': a train step of .* peaks at about .* GiB by the plan"):
+        check_memory(spec, w, "bf16-mixed", "adamw", "none", "cpu")
+    runner = CliRunner()
+    r = runner.invoke(app, ["check", "--memory", "-p", "gpt2-xl", "--device", "cpu"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "use --device meta" in r.output

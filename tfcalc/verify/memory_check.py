@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import Workload
+from ..errors import TfcalcError
 from ..plan.training import training_memory
 from ..spec import ModelSpec
 
@@ -76,12 +77,32 @@ def _activation_note(difference: int) -> str:
     return "" if difference == 0 else f"{difference:+,} B the plan does not model"
 
 
+GUARD_MARGIN = 1.25  # the plan's peak is an estimate (within PEAK_TOLERANCE); the allocator's slack beside it
+
+
+def _guard(spec: ModelSpec, plan, device: str) -> None:
+    """On the CPU (real allocations), refuse a step the machine's available memory cannot hold, by the plan's own
+    peak with a margin: before allocating, not after the machine starts to swap."""
+    if not str(device).startswith("cpu"):
+        return
+    import torch
+
+    from ..profile.memory import available_bytes
+
+    need, have = int(plan.peak * GUARD_MARGIN), available_bytes(torch.device("cpu"))
+    if need > have:
+        raise TfcalcError(f"device='cpu': a train step of {spec.label} peaks at about {plan.peak / 2**30:.1f} GiB by "
+                          f"the plan ({need / 2**30:.1f} GiB with a margin) and {have / 2**30:.1f} GiB is available; "
+                          "use --device meta (measures without allocating), or smaller --n-layers/--seq-len")
+
+
 def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
                  recompute: str = "none", device: str = "meta") -> MemoryReport:
     """The plan's per-category bytes against MemTracker's on the reference model's train step (one GPU)."""
     from .memory import measure_training_memory
 
     plan = training_memory(spec, workload, precision, optimizer, recompute)
+    _guard(spec, plan, device)
     measured = measure_training_memory(spec, plan.workload, precision, optimizer, recompute,
                                        DEVICES.get(str(device).split(":")[0], device))
     # CUDA's caching allocator gives every storage a multiple of 512 bytes: an exact row may be over by less
