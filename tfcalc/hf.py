@@ -97,7 +97,9 @@ def read_hf_config(path: str | Path) -> SpecFile:
     if not isinstance(model_type, (str, type(None))):
         raise TfcalcError(f"{path}: model_type={show(model_type)}: expected a string, one of: {supported}")
     if model_type not in registry.REGISTRY:
-        raise TfcalcError(f"{path}: model_type={show(model_type)} is not supported; supported: {supported}")
+        raise TfcalcError(f"{path}: model_type={show(model_type)} is not supported; supported: {supported}"
+                          + ("" if model_type is None else f" (tfcalc check --hf-config {path} still gives "
+                                                           "transformers' own totals for a type it builds)"))
     notes: list[str] = []
     family = registry.family(model_type)
     if family.nested is not None:
