@@ -2,6 +2,7 @@
 the library's figures and to published numbers; the files; and one clear line when matplotlib is missing."""
 
 import subprocess
+import os
 import sys
 from fractions import Fraction
 
@@ -271,3 +272,35 @@ def test_profile_measured_against_predicted(tmp_path):
     r = runner.invoke(app, ["profile", "-p", "gpt2", "--plot", str(out)])  # one N: nothing to draw over N
     assert r.exit_code == 2 and "give a list of lengths" in r.output
 
+
+
+def test_a_target_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
+    """A FIFO (the write would block forever) or a folder: one line, exit 1 (an output error), before counting."""
+    import os
+
+    import tfcalc.sweep as sweep
+
+    monkeypatch.setattr(sweep, "expand", lambda *a, **k: pytest.fail("counted before checking --plot"))
+    fifo = tmp_path / "f.svg"
+    os.mkfifo(fifo)
+    (tmp_path / "d.png").mkdir()
+    for target, what in ((fifo, "it is a FIFO"), (tmp_path / "d.png", "it is a folder")):
+        r = runner.invoke(app, ["count", "-p", "gpt2", "-N", "128,256", "--plot", str(target)])
+        assert r.exit_code == 1 and r.output.count("\n") == 1 and what in r.output, r.output
+
+
+def test_a_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Written to a temporary file beside it and renamed: a failed write leaves the old figure and no temporary."""
+    fig = plot.components_over(counted(load_preset("gpt2"), seq_len=[128, 256]), "seq_len")
+    target = tmp_path / "a.svg"
+    plot.save(fig, target)
+    before = target.read_bytes()
+    assert "<svg" in before.decode() and os.listdir(tmp_path) == ["a.svg"]
+
+    def failing(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fig, "savefig", failing)
+    with pytest.raises(TfcalcError, match="cannot write it: No space left on device") as e:
+        plot.save(fig, target)
+    assert e.value.exit_code == 1 and target.read_bytes() == before and os.listdir(tmp_path) == ["a.svg"]

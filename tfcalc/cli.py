@@ -56,8 +56,9 @@ class _Group(TyperGroup):
             message = e.format_message().replace("Value error, ", "") or (
                 f"give a command: {', '.join(names[:-1])} or {names[-1]} (tfcalc --help)")
             _fail(message.splitlines(), getattr(e, "exit_code", EXIT_BAD_INPUT))
-        except (TfcalcError, ValidationError) as e:
-            _fail(validation_lines(e) if isinstance(e, ValidationError) else str(e).splitlines(), EXIT_BAD_INPUT)
+        except (TfcalcError, ValidationError) as e:  # bad input: 2; an output that cannot be written: its own (1)
+            _fail(validation_lines(e) if isinstance(e, ValidationError) else str(e).splitlines(),
+                  getattr(e, "exit_code", EXIT_BAD_INPUT))
         if rv == EXIT_INTERRUPTED:  # typer turns Ctrl-C in a command into a silent Exit(130)
             _fail(["interrupted"], EXIT_INTERRUPTED)
         sys.exit(rv if isinstance(rv, int) else 0)

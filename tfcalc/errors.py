@@ -16,6 +16,13 @@ class TfcalcError(Exception):
     """
 
 
+class OutputError(TfcalcError):
+    """An output tfcalc cannot write (a figure's file: a FIFO, a folder, not writable, a failed write): exit 1, as a
+    failed write of the tables is, not 2 (bad input)."""
+
+    exit_code = 1
+
+
 SHOWN = 200  # characters of a value that is not a number, in a message
 
 

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .errors import TfcalcError
+from .errors import OutputError, TfcalcError
 
 INSTALL = "--plot needs matplotlib: pip install 'tfcalc[plot]'"
 FORMATS = {".png": "png", ".svg": "svg"}
@@ -43,13 +43,29 @@ STYLE = {
 
 
 def check_path(path: str | Path) -> Path:
-    """The figure's file: .png or .svg, in a folder that exists (checked before any counting)."""
+    """The figure's file: .png or .svg, in a folder that exists and can be written to, and not something that is
+    not a regular file (a FIFO would block the write forever, a folder cannot be replaced): all checked before any
+    counting, so that a sweep never runs to fail at its end."""
+    import os
+    import stat
+
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise TfcalcError(f"--plot {str(path)!r}: give a .png or .svg file (got "
                           f"{repr(path.suffix) if path.suffix else 'no suffix'})")
     if not path.parent.is_dir():
         raise TfcalcError(f"--plot {str(path)!r}: no such folder {str(path.parent)!r}")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise OutputError(f"--plot {str(path)!r}: cannot use it: {e.strerror or e}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise OutputError(f"--plot {str(path)!r}: it is {what}; give a .png or .svg file to write")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (mode is not None and not os.access(path, os.W_OK)):
+        raise OutputError(f"--plot {str(path)!r}: not writable here")
     return path
 
 
@@ -63,13 +79,33 @@ def require() -> None:
 
 def save(fig, path: str | Path) -> Path:
     """Write `fig` as PNG (at DPI) or SVG, by the file's suffix; any other suffix is refused."""
+    import os
+    import tempfile
+
     path = check_path(path)
     fmt = FORMATS[path.suffix.lower()]
+    # written whole to a temporary file beside it, then renamed over it: a reader (or a second tfcalc writing the
+    # same file) never sees half a figure, and a failed write leaves the old file as it was
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        fig.savefig(path, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else {"Software": None})
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else {"Software": None})
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
     except OSError as e:
-        raise TfcalcError(f"--plot {str(path)!r}: cannot write it: {e.strerror or e}") from None
+        raise OutputError(f"--plot {str(path)!r}: cannot write it: {e.strerror or e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _styled(build):
