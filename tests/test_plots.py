@@ -304,3 +304,13 @@ def test_a_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(TfcalcError, match="cannot write it: No space left on device") as e:
         plot.save(fig, target)
     assert e.value.exit_code == 1 and target.read_bytes() == before and os.listdir(tmp_path) == ["a.svg"]
+
+
+def test_a_dense_sweep_is_one_band_per_component_not_one_bar_per_point():
+    # 300 points (over plot.BARS_UP_TO): stepped bands, one artist per component, so 100,000 points draw in seconds
+    fig = plot.components_over(counted(load_preset("llama3-8b"), seq_len=list(range(1, 301))), "seq_len")
+    ax = fig.axes[0]
+    components = len([n for n in counted(load_preset("llama3-8b"), seq_len=[300])[0][1].flops.components])
+    assert len(ax.patches) == 0 and len(ax.collections) == components
+    few = plot.components_over(counted(load_preset("llama3-8b"), seq_len=[128, 256]), "seq_len")
+    assert len(few.axes[0].patches) == 2 * components  # a bar per point and component

@@ -23,6 +23,7 @@ from .errors import OutputError, TfcalcError
 
 INSTALL = "--plot needs matplotlib: pip install 'tfcalc[plot]'"
 FORMATS = {".png": "png", ".svg": "svg"}
+BARS_UP_TO = 200  # points of a sweep drawn as bars; more are drawn as stepped bands (one artist per component)
 DPI = 110
 GiB = 2**30
 LENGTHS = ("seq_len", "tgt_len", "context", "src_len")
@@ -275,11 +276,17 @@ def components_over(pairs: list, axis: str):
     colours = _colours(names, families)
     for name in names:
         heights = [scaled(r.flops.components.get(name, 0), r) for r in results]
-        ax.bar(lefts, heights, widths, bottom=bottom, align="edge", label=name, color=colours[name],
-               edgecolor="white", linewidth=0.3)
-        bottom = [b + h for b, h in zip(bottom, heights)]
+        top = [b + h for b, h in zip(bottom, heights)]
+        if len(xs) <= BARS_UP_TO:  # a bar per point
+            ax.bar(lefts, heights, widths, bottom=bottom, align="edge", label=name, color=colours[name],
+                   edgecolor="white", linewidth=0.3)
+        else:  # a dense sweep: one stepped band per component (one artist, not one per point: 100,000 in seconds)
+            ax.fill_between(xs, bottom, top, step="mid", label=name, color=colours[name], linewidth=0)
+        bottom = top
     totals = [scaled(r.flops.forward, r) for r in results]
-    ax.plot(xs, totals, color="0.15", linewidth=0.8, marker=".", markersize=3, label="total", gid="total")
+    dense = len(xs) > BARS_UP_TO
+    ax.plot(xs, totals, color="0.15", linewidth=0.8, marker=None if dense else ".", markersize=3, label="total",
+            gid="total")
     r0 = results[0]
     model = pairs[0][0].model
     what = "per token" if per_token else "per step"
