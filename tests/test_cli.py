@@ -248,3 +248,24 @@ def test_every_spec_field_has_its_flag_in_docs_cli():
     flags = {name: "--" + name.replace("_", "-") for name in ModelSpec.model_fields}
     missing = [f for f, flag in flags.items() if flag not in doc and flag.replace("--", "--[no-]") not in doc]
     assert not missing, missing
+
+
+def test_long_steps_show_progress_on_a_terminal_only(monkeypatch):
+    import io
+
+    from tfcalc import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with cli._progress("checking gpt2 on meta ..."):
+        pass
+    assert "checking gpt2 on meta" in terminal.getvalue()
+    piped = io.StringIO()  # not a terminal: nothing written
+    monkeypatch.setattr(sys, "stderr", piped)
+    with cli._progress("checking gpt2 on meta ..."):
+        pass
+    assert piped.getvalue() == ""

@@ -2,6 +2,7 @@
 into messages (one line per problem on stderr, exit code 2)."""
 
 
+import contextlib
 import enum
 from fractions import Fraction
 import functools
@@ -393,6 +394,19 @@ def _presets(preset: str | None) -> list[str | None]:
     return names
 
 
+@contextlib.contextmanager
+def _progress(message: str):
+    """A spinner with `message` on stderr while a long step runs, only where stderr is a terminal (off when piped
+    or captured: the output stays the tables alone)."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message, spinner="dots"):
+        yield
+
+
 def _plot_start(plot: Path | None) -> Path | None:
     """--plot's file checked, and matplotlib found, before any counting."""
     if plot is None:
@@ -631,16 +645,19 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             if fmt is not Format.json:
                 typer.echo(skipped, err=True)
         elif (kind := hf_model.model_type_of(hf_config)) not in SUPPORTED and hf_model.known_to_transformers(kind):
-            hf = hf_model.traced(hf_config, overrides)  # a type tfcalc refuses: transformers' traced totals alone
+            with _progress(f"tracing transformers' {kind} model (meta device) ..."):
+                hf = hf_model.traced(hf_config, overrides)  # a type tfcalc refuses: transformers' totals alone
     if hf is not None and hf.traced:
         csv = [[f"transformers_{r.figure}", r.component, "", r.transformers, "", ""] for r in hf.rows]
     else:
         model_spec, _ = resolve(preset, spec, overrides, hf_config)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
                                 overrides.get("seq_len"))
-        report = check(model_spec, device=device, train=train, workload=workload)
+        with _progress(f"checking {model_spec.label} on {device}: FlopCounterMode, fvcore, the module tree ..."):
+            report = check(model_spec, device=device, train=train, workload=workload)
         if hf_config is not None and not no_transformers and skipped is None:
-            hf = hf_model.compare(hf_config, model_spec, workload, overrides)
+            with _progress("building transformers' own model from the config (meta device) and tracing it ..."):
+                hf = hf_model.compare(hf_config, model_spec, workload, overrides)
         csv = [["forward", r.component, r.analytic, r.flop_counter, 2 * r.fvcore_macs, r.match] for r in report.forward]
         csv += [["params", r.component, r.analytic, r.model, r.fvcore, r.match] for r in report.params]
         if report.train is not None:
@@ -688,7 +705,8 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
 
     if device.split(":")[0] not in DEVICES:
         raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (or cuda:N)")
-    report = check_memory(model_spec, workload, precision, optimizer, recompute, device)
+    with _progress(f"measuring a train step of {model_spec.label} with MemTracker on {device} ..."):
+        report = check_memory(model_spec, workload, precision, optimizer, recompute, device)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(report.to_dict()))
