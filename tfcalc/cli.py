@@ -103,7 +103,26 @@ def _main(
 
 _SHORT = {"n_layers": "-L", "d_model": "-d", "n_heads": "-H", "vocab_size": "-V", "seq_len": "-N",
           "batch_size": "-B", "n_experts": "-E"}
-_PANEL = "Model spec (override --preset / --spec)"
+# the spec flags in panels by how often they are needed, so that --help reads top-down: the sizes first, the
+# choices of a block, then experts and windows, the rarer architectures last (docs/cli.md lists them all)
+_PANELS = {
+    "Model: sizes (override --preset / --spec)": (
+        "name", "n_layers", "n_encoder_layers", "d_model", "n_heads", "d_head", "n_kv_heads", "d_ff", "vocab_size",
+        "seq_len", "batch_size", "max_positions"),
+    "Model: the block": (
+        "mlp", "activation", "norm", "norm_position", "qk_norm", "parallel_block", "final_norm", "bias", "qkv_bias",
+        "mlp_bias", "tie_embeddings", "lm_head", "head_bias", "positions", "rotary_dim", "causal", "block_pattern",
+        "kinds"),
+    "Model: experts and windows": (
+        "n_experts", "top_k", "n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate", "router_bias",
+        "first_dense_layers", "moe_every", "moe_beside_mlp", "sliding_window", "sliding_window_layers",
+        "attention_pattern"),
+}
+_RARE = "Model: rarer architectures (MLA, Gemma 4, ALBERT, BERT, T5, gpt-oss, Qwen3-Next)"
+
+
+def _panel(field: str) -> str:
+    return next((panel for panel, fields in _PANELS.items() if field in fields), _RARE)
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -129,7 +148,7 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
     elif typing.get_origin(kind) is dict:  # kinds: conv.kernel=4,conv.bias=true
         kind, extra = str, {"parser": _kind_sizes, "metavar": "KIND.FIELD=VALUE,..."}
     # escaped: rich reads [d_head] in a description as markup and drops it from --help
-    option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_PANEL, show_default=False,
+    option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_panel(name), show_default=False,
                           **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
@@ -171,7 +190,10 @@ def _integer(text: str) -> int:
 
 
 SPEC_FIELDS = list(ModelSpec.model_fields)
-_SPEC_PARAMETERS = [_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()]
+_RANK = {panel: i for i, panel in enumerate([*_PANELS, _RARE])}
+# in --help's order: the panels' (rich lists a panel where its first option is), the fields' within each
+_SPEC_PARAMETERS = sorted((_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()),
+                          key=lambda p: _RANK[_panel(p.name)])
 # --revision, with every command that takes a model: the revision of a Hugging Face id (--hf-config ORG/NAME)
 _REVISION = inspect.Parameter("revision", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
     Optional[str], typer.Option("--revision", show_default=False, help=(
@@ -331,7 +353,7 @@ def _sweep_parameter(name: str) -> inspect.Parameter:
     """The spec flag of an integer field, taking one value or a list or range of them."""
     decls = ["--" + name.replace("_", "-"), *([_SHORT[name]] if name in _SHORT else [])]
     option = typer.Option(*decls, help=escape(ModelSpec.model_fields[name].description or ""),
-                          rich_help_panel=_PANEL, show_default=False, parser=_sizes, metavar="INT|LIST")
+                          rich_help_panel=_panel(name), show_default=False, parser=_sizes, metavar="INT|LIST")
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[str], option])
 
@@ -474,7 +496,10 @@ def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
                       f"workload); got lists on {given}" + (f" for {n_models} models" if n_models > 1 else ""))
 
 
-@app.command("count")
+@app.command("count", epilog=(
+    "Examples: tfcalc count --preset llama3-8b  |  tfcalc count --hf-config Qwen/Qwen3-8B  |  tfcalc count -p "
+    "gpt2 -N 1k..32kx2 --format csv  |  tfcalc count -L 12 -d 768 -H 12 -V 50257 -N 1024 --max-positions 1024. "
+    "Every flag: docs/cli.md; presets: tfcalc presets; GPUs: tfcalc gpus."))
 @sweep_flags
 def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
               hf_config: HfOpt = None, phase: PhaseOpt = None, context: SweepContextOpt = None,
@@ -741,7 +766,7 @@ def profile_cmd(
     preset: PresetOpt = None,
     spec: SpecOpt = None,
     hf_config: HfOpt = None,
-    seq_len: Annotated[Optional[str], typer.Option("--seq-len", "-N", rich_help_panel=_PANEL, help=(
+    seq_len: Annotated[Optional[str], typer.Option("--seq-len", "-N", rich_help_panel=_panel("seq_len"), help=(
         "Tokens per sequence; a list (256,512,1024) profiles each and shows measured against predicted per N."
     ))] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda when "
