@@ -411,6 +411,11 @@ _QWEN_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
 BASE["qwen3_next"] = _DELTANET | _QWEN_MOE | dict(intermediate_size=96)
 BASE["qwen3_5_text"] = _DELTANET | dict(intermediate_size=96)
 BASE["qwen3_5_moe_text"] = _DELTANET | _QWEN_MOE
+BASE["granitemoehybrid"] = dict(num_hidden_layers=4, layer_types=["mamba", "attention"] * 2, hidden_size=64,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=32,
+                                shared_intermediate_size=48, num_local_experts=4, num_experts_per_tok=2,
+                                max_position_embeddings=32, vocab_size=100, mamba_n_heads=8, mamba_d_state=8,
+                                mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -760,6 +765,9 @@ DIRECT["qwen3_5_text"] = {k: v for k, v in DIRECT["qwen3_next"].items()
                           if k not in ("moe_intermediate_size", "num_experts_per_tok", "shared_expert_intermediate_size")}
 DIRECT["qwen3_5_moe_text"] = {k: v for k, v in DIRECT["qwen3_next"].items()  # moe_intermediate_size: d_expert, d_ff
                               if k not in ("intermediate_size", "moe_intermediate_size")}
+DIRECT["granitemoehybrid"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads",
+                                  vocab_size="vocab_size", tie_word_embeddings="tie_embeddings", attention_bias="bias",
+                                  num_experts_per_tok="top_k", shared_intermediate_size="d_shared_expert")
 DIRECT["bamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", intermediate_size="d_ff",
                        vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
