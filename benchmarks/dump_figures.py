@@ -102,6 +102,9 @@ FIXTURES: dict[str, list[tuple[str, Callable[[Any], dict[str, dict]]]]] = {
     "test_hf_smollm3_cohere2": [("SMOLLM3_3B", _one)],
     "test_check_hf": [("CONFIGS", _typed)],
     "test_hf_lfm2": [("LFM2_1_2B", _one), ("LFM2_8B_A1B", _one)],
+    "test_hf_nemotron_h": [("NEMOTRON_H_8B", _one)],
+    "test_hf_qwen3_next": [("TINY", _one), ("QWEN3_NEXT_80B_A3B", _one), ("QWEN3_5_TINY", _one),
+                           ("QWEN3_5_MOE_TINY", _one)],
 }
 
 

@@ -91,8 +91,9 @@ class Record:
     state_bytes = 0  # bytes per element of its `state`; 0: the activations' dtype (an SSM state is fp32: 4)
 
     def _missing(self, figure: str):
-        raise UnsupportedFigure(f"{type(self).__name__} {self.component!r} does not define {figure}: a fold cannot "
-                                "count it (add the figure to the record type)")
+        raise UnsupportedFigure(f"{type(self).__name__} {self.component!r} does not define {figure}: tfcalc "
+                                f"does not count this figure for a {self.sublayer or 'such'} block yet, rather than "
+                                "count it wrong (add the figure to the record type)")
 
     # ---- counting
     def params(self) -> int:
