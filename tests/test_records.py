@@ -100,6 +100,9 @@ def test_a_kind_of_a_family_the_crossover_does_not_know_counts_as_other_work():
 
 def _record_types() -> set[type]:
     import tfcalc.blocks  # noqa: F401  (every kind, and the record types of their own)
+    from tfcalc.arch.builders import KINDS
+
+    list(KINDS)  # the lazily registered kinds too
 
     found, todo = set(), [Record]
     while todo:

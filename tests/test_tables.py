@@ -179,9 +179,14 @@ class Truth:
         return bad
 
 
+def shown(screen: str) -> str:
+    """What the terminal shows of each line: a carriage return (a spinner redrawing its line) starts it again."""
+    return "\n".join(line.rpartition("\r")[2] for line in screen.split("\n"))
+
+
 def too_wide(screen: str, width: int) -> list[str]:
     """Lines wider than the terminal, but for a single number (or word) wider than the terminal itself."""
-    return [line for line in screen.split("\n") if len(line) > width and " " in line.strip()]
+    return [line for line in shown(screen).split("\n") if len(line) > width and " " in line.strip()]
 
 
 @pytest.fixture(scope="module")

@@ -424,8 +424,10 @@ def _progress(message: str):
         yield
         return
     from rich.console import Console
+    from rich.text import Text
 
-    with Console(stderr=True).status(message, spinner="dots"):
+    # one line whatever the width: a spinner line that wrapped would leave its first half on the screen
+    with Console(stderr=True).status(Text(message, no_wrap=True, overflow="ellipsis"), spinner="dots"):
         yield
 
 
@@ -670,7 +672,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             if fmt is not Format.json:
                 typer.echo(skipped, err=True)
         elif (kind := hf_model.model_type_of(hf_config)) not in SUPPORTED and hf_model.known_to_transformers(kind):
-            with _progress(f"tracing transformers' {kind} model (meta device) ..."):
+            with _progress("tracing transformers' own model (meta) ..."):
                 hf = hf_model.traced(hf_config, overrides)  # a type tfcalc refuses: transformers' totals alone
     if hf is not None and hf.traced:
         csv = [[f"transformers_{r.figure}", r.component, "", r.transformers, "", ""] for r in hf.rows]
@@ -678,10 +680,10 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         model_spec, _ = resolve(preset, spec, overrides, hf_config)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
                                 overrides.get("seq_len"))
-        with _progress(f"checking {model_spec.label} on {device}: FlopCounterMode, fvcore, the module tree ..."):
+        with _progress(f"checking on {device}: FlopCounterMode, fvcore, the module tree ..."):
             report = check(model_spec, device=device, train=train, workload=workload)
         if hf_config is not None and not no_transformers and skipped is None:
-            with _progress("building transformers' own model from the config (meta device) and tracing it ..."):
+            with _progress("building and tracing transformers' own model (meta) ..."):
                 hf = hf_model.compare(hf_config, model_spec, workload, overrides)
         csv = [["forward", r.component, r.analytic, r.flop_counter, 2 * r.fvcore_macs, r.match] for r in report.forward]
         csv += [["params", r.component, r.analytic, r.model, r.fvcore, r.match] for r in report.params]
@@ -730,7 +732,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
 
     if device.split(":")[0] not in DEVICES:
         raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (or cuda:N)")
-    with _progress(f"measuring a train step of {model_spec.label} with MemTracker on {device} ..."):
+    with _progress(f"measuring a train step with MemTracker on {device} ..."):
         report = check_memory(model_spec, workload, precision, optimizer, recompute, device)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
