@@ -1,16 +1,17 @@
 """The `mamba2` block kind (Mamba2's SSD mixer): its own sizes under kinds.mamba2, its arithmetic by hand, the
 reference model held to FlopCounterMode and fvcore over train, prefill and decode, the state an inference step
-carries, and training memory refused by name (what the scan keeps for backward is not modelled yet)."""
+carries, and what a train step keeps for backward, record by record, held to MemTracker to the byte."""
 
 import pytest
 
 from tfcalc import ModelSpec, Workload, count
-from tfcalc.arch.ops import UnsupportedFigure
+from tfcalc.arch.ops import Parallel, UnsupportedFigure
 from tfcalc.blocks.mamba2 import Mamba2Sizes
 from tfcalc.blocks.mamba2.records import SSDScan
 from tfcalc.plan.memory import inference_memory
-from tfcalc.plan.training import training_memory
+from tfcalc.plan.training import Layout, training_memory
 from tfcalc.verify import check
+from tfcalc.verify.memory_check import check_memory
 
 D, V = 32, 50
 H, P, N, G, K, Q = 4, 16, 8, 2, 4, 4  # heads, head_dim, d_state, groups, conv taps, chunk
@@ -117,9 +118,124 @@ def test_the_state_is_a_constant_per_sequence_apart_from_the_kv_cache():
                                 dtype="fp32").state_bytes % (4 * (conv + ssm))
 
 
-def test_training_memory_is_refused_by_name():
+def test_what_a_train_step_keeps_by_hand():
+    b, s = 2, 10  # 3 chunks of 4: the scan pads to 12 positions, which it recomputes in backward and keeps none of
+    t, a = b * s, 2  # bf16 activations
+    kept = training_memory(hybrid(), Workload(seq_len=s, batch_size=b)).stage.activation_components
+    in_width = 2 * INNER + 2 * G * N + H  # 164: z, x, B, C, dt
+    assert kept["mamba2/norm"] == 2 * (t * D * a + t * 4)  # the block's input and the fp32 rstd per row
+    assert kept["mamba2/in_proj"] == 2 * t * D * a  # its input, the normalised x
+    # in_proj's output [t, 164] is kept whole (the conv's input, z and dt are views of it): the conv's input
+    # [b, 96, s], the rest (z: the gated norm's; dt: the scan's) below; the padded conv output [b, 96, s + K - 1],
+    # which the silu reads a slice of; the silu's output [t, 96] (the scan's x, B and C)
+    assert kept["mamba2/conv"] == 2 * (t * CHANNELS + b * (s + K - 1) * CHANNELS + t * CHANNELS) * a
+    assert kept["mamba2/scan"] == 2 * t * H * a  # dt
+    # the fused gated norm: z, its input y (the scan's output, unpadded) and the fp32 rstd per group [t, g]
+    assert kept["mamba2/gated_norm"] == 2 * (t * INNER * a + t * INNER * a + t * G * 4)
+    assert kept["mamba2/out_proj"] == 2 * t * INNER * a
+    assert t * CHANNELS + t * INNER + t * H == t * in_width  # in_proj's output, once: the conv's, z and dt
+
+
+def test_tensor_and_context_parallelism_split_what_the_scan_keeps():
+    op = SSDScan("mamba2/scan", 2, 10, 4, 16, 8, 2, 4)
+    assert op.saved(2, "none", Parallel()) == {"dt": 2 * 10 * 4 * 2}
+    assert op.saved(2, "none", Parallel(tp=2)) == {"dt": 2 * 10 * 2 * 2}  # heads split
+    assert op.saved(2, "selective", Parallel(tp=2, cp=2)) == {"dt": 2 * 10 * 4 * 2 // 4}
+    one = training_memory(hybrid(), Workload(seq_len=8, batch_size=2)).stage.activation_components
+    two = training_memory(hybrid(), Workload(seq_len=8, batch_size=2), layout=Layout(tp=2)).stage.activation_components
+    for component in ("mamba2/conv", "mamba2/scan", "mamba2/out_proj"):
+        assert two[component] * 2 == one[component], component  # channels, heads, d_inner: split 2 ways
     with pytest.raises(UnsupportedFigure, match="SSDScan 'mamba2/scan' does not define saved"):
-        training_memory(hybrid(), Workload(seq_len=8, batch_size=2))
+        SSDScan("mamba2/scan", 2, 1, 4, 16, 8, 2, 4, recurrent=True).saved(2, "none", Parallel())
+
+
+SIZES = {
+    "default": {},
+    "ones": {"n_heads": 2, "head_dim": 1, "d_state": 1, "n_groups": 2, "conv_kernel": 1, "chunk_size": 1, "bias": True,
+             "conv_bias": False},
+    "one-group-long-chunk": {"n_heads": 4, "head_dim": 2, "d_state": 3, "n_groups": 1, "conv_kernel": 2,
+                             "chunk_size": 16},
+    "one-head": {"n_heads": 1, "head_dim": 8, "d_state": 2, "n_groups": 1, "conv_kernel": 3, "chunk_size": 3},
+    "a-group-a-head-bias": {"n_heads": 4, "n_groups": 4, "chunk_size": 8, "bias": True},
+}
+EXACT = ("weights", "gradients", "optimizer states", "master weights", "activations (end of forward)")
+
+
+# s = 10 and 9 pad the last chunk (not with chunk_size 1), s = 8 fills whole chunks of 4 and 8; batch 1 and 2
+ONE, EVEN, PADDED = Workload(seq_len=10), Workload(seq_len=8, batch_size=2), Workload(seq_len=9, batch_size=2)
+CASES = [("default", ONE), ("default", EVEN), ("default", PADDED), ("ones", PADDED), ("one-group-long-chunk", ONE),
+         ("one-head", PADDED), ("a-group-a-head-bias", EVEN), ("a-group-a-head-bias", PADDED)]
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("sizes, workload", CASES, ids=[f"{n}-b{w.batch_size}-s{w.seq_len}" for n, w in CASES])
+def test_training_memory_is_what_memtracker_sees(recompute, sizes, workload):
+    report = check_memory(hybrid(**SIZES[sizes]), workload, "bf16-mixed", "adamw", recompute, "meta")
+    rows = {r.category: r for r in report.rows}
+    for category in EXACT:
+        assert rows[category].difference == 0, (category, rows[category])
+
+
+@pytest.mark.parametrize("precision, optimizer", [("fp32", "sgd"), ("bf16", "adamw"), ("fp16-mixed", "sgd")])
+def test_every_recipe_agrees_to_the_byte(precision, optimizer):
+    report = check_memory(hybrid(), Workload(seq_len=9, batch_size=2), precision, optimizer, "none", "meta")
+    assert [r.difference for r in report.rows if r.category in EXACT] == [0] * 5
+
+
+def test_a_real_cpu_step_agrees_and_nemotron_h_at_scale_too():
+    # real data on the CPU: the fused gated norm's and the checkpointed scan's backward run
+    report = check_memory(hybrid(), Workload(seq_len=9, batch_size=2), "bf16-mixed", "adamw", "selective", "cpu")
+    assert [r.difference for r in report.rows if r.category in EXACT] == [0] * 5
+    # Nemotron-H 8B's first 8 blocks (4 Mamba2, 3 MLP, 1 attention) at 300 tokens: 3 chunks of 128, padded
+    from tfcalc import load_preset
+    spec = load_preset("nemotron-h-8b").replace(n_layers=8)
+    report = check_memory(spec, Workload(seq_len=300), "bf16-mixed", "adamw", "none", "meta")
+    assert [r.difference for r in report.rows if r.category in EXACT] == [0] * 5
+    assert report.match  # the peak too: the optimizer step's, here
+
+
+def test_the_fused_functions_give_eagers_gradients():
+    import torch
+
+    from tfcalc.blocks.mamba2.reference import GatedNorm, Scan, _gated_rms_norm
+
+    torch.manual_seed(0)
+    b, s, h, p, n, g = 2, 7, 4, 3, 5, 2
+    scan = Scan(h, p, n, g, 3).double()
+    with torch.no_grad():
+        for param in scan.parameters():
+            param.uniform_(-0.5, 0.5)
+    x, dt = torch.randn(b, s, h, p, dtype=torch.float64), torch.randn(b, s, h, dtype=torch.float64)
+    B, C = torch.randn(b, s, g, n, dtype=torch.float64), torch.randn(b, s, g, n, dtype=torch.float64)
+    inputs = [t.requires_grad_() for t in (x, dt, B, C)]
+    weights = list(scan.parameters())
+    dy = torch.randn(b, s, h, p, dtype=torch.float64)
+    fused = torch.autograd.grad(scan(*inputs), inputs + weights, dy)  # under torch.utils.checkpoint
+    eager = torch.autograd.grad(scan.chunked(*inputs), inputs + weights, dy)
+    for f, e in zip(fused, eager):
+        torch.testing.assert_close(f, e)
+    norm = GatedNorm(h * p, g).double()
+    y, z = torch.randn(b, s, h * p, dtype=torch.float64), torch.randn(b, s, h * p, dtype=torch.float64)
+    y.requires_grad_(), z.requires_grad_()
+    dy = torch.randn(b, s, h * p, dtype=torch.float64)
+    fused = torch.autograd.grad(norm(y, z), (y, z, norm.weight), dy)
+    eager = torch.autograd.grad(_gated_rms_norm(y, z, norm.weight, g, norm.eps), (y, z, norm.weight), dy)
+    for f, e in zip(fused, eager):
+        torch.testing.assert_close(f, e)
+
+
+def test_training_memory_of_nemotron_h_8b_on_the_command_line():
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    r = CliRunner().invoke(app, ["memory", "--phase", "train", "-p", "nemotron-h-8b", "-N", "4096", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    kept = json.loads(r.output)["activation_components"]
+    t, a, z = 4096, 2, Mamba2Sizes(n_heads=128, head_dim=64, d_state=128, n_groups=8, chunk_size=128)
+    assert kept["mamba2/scan"] == 24 * t * z.n_heads * a  # 24 Mamba2 blocks, dt each
 
 
 def test_defaults_are_mamba2configs():

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register, sublayer
 from ...arch.ops import Elementwise, Matmul, Norm, Op
-from ..conv.records import Conv
 from ..conv import outputs
+from ..conv.records import Conv
 from .records import SSDScan
 
 
@@ -73,17 +73,25 @@ def mamba2(ctx: Ctx) -> list[Op]:
     inference = ctx.workload.phase != "train"
     recurrent = bool(ctx.workload.context) and s == 1  # transformers' recurrent form: one token after a state
     silu = ACTIVATION_FLOPS["silu"]
+    g = z.n_groups
     ops: list[Op] = [
-        # x: [t, D] @ W: [D, 2 d_inner + 2 g n + h] -> z, x, B, C, dt
+        # x: [t, D] @ W: [D, 2 d_inner + 2 g n + h] -> z, x, B, C, dt (its output kept whole: the conv's input, z
+        # and dt are views of it)
         Matmul(ctx.name("mamba2/in_proj"), t, D, z.in_width, 1, z.bias, None, "column"),
-        # x, B, C: [b, d_inner + 2 g n, s] through d_inner + 2 g n filters of [1, K] (groups = channels)
-        Conv(ctx.name("mamba2/conv"), b, s, channels, K, outputs(ctx, K), z.conv_bias, K - 1 if inference else 0),
-        Elementwise(ctx.name("mamba2/conv"), "activation", t * channels, silu, "silu"),  # silu(conv(xBC))
+        # x, B, C: [b, d_inner + 2 g n, s] through d_inner + 2 g n filters of [1, K] (groups = channels); it keeps
+        # its input and, sliced by the silu after it, its padded output
+        Conv(ctx.name("mamba2/conv"), b, s, channels, K, outputs(ctx, K), z.conv_bias, K - 1 if inference else 0,
+             output_kept=True),
+        # silu(conv(xBC)): keeps [t, d_inner + 2 g n], its output, which the scan keeps as x, B and C
+        Elementwise(ctx.name("mamba2/conv"), "activation", t * channels, silu, "silu"),
         # x: [b, s, h, p], dt: [b, s, h], B, C: [b, s, g, n] -> y: [b, s, h, p]
-        SSDScan(ctx.name("mamba2/scan"), b, s, z.n_heads, z.head_dim, z.d_state, z.n_groups, z.chunk_size,
+        SSDScan(ctx.name("mamba2/scan"), b, s, z.n_heads, z.head_dim, z.d_state, g, z.chunk_size,
                 recurrent, inference),
-        Elementwise(ctx.name("mamba2/gated_norm"), "gate", t * inner, silu + 1),  # y * silu(z): [t, d_inner]
-        Norm(ctx.name("mamba2/gated_norm"), "rmsnorm", t, inner, "heads"),  # over g groups, weight [d_inner]
+        # y * silu(z): [t, d_inner]; the fused gated norm keeps z (a view of in_proj's output)
+        Elementwise(ctx.name("mamba2/gated_norm"), "gate", t * inner, silu + 1, kept=t * inner),
+        # over g groups of d_inner / g channels (weight [d_inner], g sets of d_inner / g): keeps y and the fp32 rstd
+        # [t, g]
+        Norm(ctx.name("mamba2/gated_norm"), "rmsnorm", t * g, inner // g, "heads", sets=g),
         Matmul(ctx.name("mamba2/out_proj"), t, inner, D, 1, z.bias, None, "row"),  # y: [t, d_inner] @ W: [d_inner, D]
     ]
     return sublayer(ctx, "mamba2", ops)

@@ -148,10 +148,15 @@ class SSDScan(Record):
     def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
         return [_ceil(self.heads, tp)] * 3
 
-    # `saved` is not defined: what the eager scan keeps for backward is not yet held to MemTracker, so training
-    # memory of a model with a Mamba2 block raises UnsupportedFigure naming this record (never a silent 0).
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
-        return self._missing("saved (what the eager SSD scan keeps for backward is not yet held to MemTracker)")
+        """What the scan keeps of its own for backward, as the fused kernel (mamba_chunk_scan_combined) and the
+        reference model (the chunked scan under torch.utils.checkpoint) do: its inputs, recomputing the rest. x, B
+        and C are the conv's silu output (kept by that record); dt [b, s, h] is a slice of in_proj's output, kept
+        here. The same under every recompute mode (`selective` recomputes attention cores only). Split by heads
+        under tensor parallelism."""
+        if self.recurrent:  # a training step runs the chunked form over whole sequences
+            return self._missing("saved (the recurrent form is an inference step's; a train step is chunked)")
+        return {"dt": par.part(self.b * self.s * self.heads * a, par.tp)} if self.s else {}
 
     def gemm(self) -> tuple[int, int, int] | None:
         return None  # batched products of activations: no weight GEMM

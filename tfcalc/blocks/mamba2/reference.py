@@ -1,13 +1,22 @@
 """The `mamba2` kind's torch module: Mamba2's mixer, run as transformers' pure-torch path runs it (Mamba2Mixer with
 causal_conv1d_fn / causal_conv1d_update, mamba2_chunk_scan / mamba2_selective_state_update). With a context, the
-conv and the scan start from zero states (only shapes count)."""
+conv and the scan start from zero states (only shapes count).
+
+In a train step it keeps for backward what the fused kernels keep (mamba_ssm's mamba_chunk_scan_combined and its
+gated RMSNorm), not the eager scan's dozens of fp32 intermediates: the chunked scan runs under torch.utils.checkpoint
+(it keeps its inputs x, dt, B and C and recomputes itself in backward) and the gated norm is one autograd function
+keeping y, z and the fp32 rstd per group. Same ops, same matmul FLOPs; the scan computes in fp32 as transformers'
+mamba2_chunk_scan does (x, B, C and dt cast up) and hands y back in the activations' dtype, unpadded and
+contiguous (as the fused kernel does), so that no view keeps the padded fp32 output alive."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from ...reference.layers import saving
 from ...spec import ModelSpec
 from ..conv.reference import CausalConv
 
@@ -64,11 +73,12 @@ class Scan(nn.Module):
         self.head_dim, self.d_state, self.groups, self.chunk = head_dim, d_state, groups, chunk
 
     def forward(self, x, dt, B, C, context: int = 0) -> torch.Tensor:
-        A = -torch.exp(self.A_log.float())
-        dt = F.softplus(dt + self.dt_bias)
         if context and x.shape[1] == 1:
-            return self.step(x, dt, A, B, C)
-        return self.chunked(x, dt, A, B, C)
+            A = -torch.exp(self.A_log.float())
+            return self.step(x, F.softplus(dt + self.dt_bias), A, B, C)
+        if saving(x, self.A_log):  # keeps x, dt, B, C (views of tensors kept anyway); recomputed in backward
+            return checkpoint(self.chunked, x, dt, B, C, use_reentrant=False, preserve_rng_state=False)
+        return self.chunked(x, dt, B, C)
 
     def step(self, x, dt, A, B, C) -> torch.Tensor:
         """One token after a state [b, h, p, n] (zeros here): state * exp(dt A) + dt B x, then state @ C (a bmm)."""
@@ -81,12 +91,16 @@ class Scan(nn.Module):
         y = torch.bmm(state.view(b * h, p, n), C.reshape(b * h, n, 1)).view(b, h, p)
         return (y + x * self.D[:, None])[:, None]
 
-    def chunked(self, x, dt, A, B, C) -> torch.Tensor:
-        """transformers' mamba2_chunk_scan, einsum by einsum (FlopCounterMode counts each as a bmm)."""
+    def chunked(self, x, dt, B, C) -> torch.Tensor:
+        """transformers' mamba2_chunk_scan, einsum by einsum (FlopCounterMode counts each as a bmm), in fp32; y back
+        in x's dtype, a tensor of its own [b, s, h, p] (not a view of the padded output)."""
         b, s, h, p = x.shape
-        Q, g = self.chunk, self.groups
-        B = B.repeat_interleave(h // g, dim=2)
-        C = C.repeat_interleave(h // g, dim=2)
+        Q, g, dtype = self.chunk, self.groups, x.dtype
+        A = -torch.exp(self.A_log.float())
+        dt = F.softplus(dt + self.dt_bias).float()
+        x = x.float()
+        B = B.float().repeat_interleave(h // g, dim=2)
+        C = C.float().repeat_interleave(h // g, dim=2)
         pad = (Q - s % Q) % Q
         residual = self.D[:, None] * F.pad(x, (0, 0, 0, 0, 0, pad))
         x = x * dt[..., None]
@@ -105,11 +119,45 @@ class Scan(nn.Module):
         states = _einsum("bzch,bzhpn->bchpn", decay_chunk, states)[:, :-1]
         Y_off = _einsum("bclhn,bchpn->bclhp", C, states) * torch.exp(A_cumsum).permute(0, 2, 3, 1)[..., None]
         y = (Y_diag + Y_off).reshape(b, -1, h, p) + residual
-        return y[:, :s]
+        return y[:, :s].to(dtype).clone(memory_format=torch.contiguous_format)
+
+
+def _gated_rms_norm(y, z, weight, groups: int, eps: float) -> torch.Tensor:
+    """MambaRMSNormGated: rmsnorm(y * silu(z)) in fp32 over each of `groups` groups of channels, back in y's dtype,
+    times the weight."""
+    h = y.float() * F.silu(z.float())
+    grouped = h.view(*h.shape[:-1], groups, -1)
+    grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * grouped.view(h.shape).to(y.dtype)
+
+
+class _GatedRMSNormFunction(torch.autograd.Function):
+    """The gated RMSNorm as a fused kernel runs it (mamba_ssm's rmsnorm_fn with z): keeps y, z, the weight and the
+    fp32 rstd per group, and recomputes y * silu(z) in backward."""
+
+    @staticmethod
+    def forward(ctx, y, z, weight, groups, eps):
+        h = y.float() * F.silu(z.float())
+        grouped = h.view(*h.shape[:-1], groups, -1)
+        rstd = torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)  # [..., g, 1], fp32
+        ctx.groups, ctx.eps = groups, eps
+        ctx.save_for_backward(y, z, weight, rstd)
+        return weight * (grouped * rstd).view(h.shape).to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, z, weight, _ = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_(need) for t, need in zip((y, z, weight), ctx.needs_input_grad)]
+            out = _gated_rms_norm(*inputs, ctx.groups, ctx.eps)
+            wanted = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wanted, dy))
+        return (*(next(grads) if t.requires_grad else None for t in inputs), None, None)
 
 
 class GatedNorm(nn.Module):
-    """MambaRMSNormGated: rmsnorm(y * silu(z)) over each of g groups of d_inner / g channels, weight [d_inner]."""
+    """MambaRMSNormGated: rmsnorm(y * silu(z)) over each of g groups of d_inner / g channels, weight [d_inner]; in a
+    train step the fused form (`_GatedRMSNormFunction`)."""
 
     def __init__(self, width: int, groups: int, eps: float = 1e-6):
         super().__init__()
@@ -117,10 +165,9 @@ class GatedNorm(nn.Module):
         self.groups, self.eps = groups, eps
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        y = y * F.silu(z)
-        grouped = y.view(*y.shape[:-1], self.groups, -1)
-        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * grouped.view(y.shape)
+        if saving(y, self.weight):
+            return _GatedRMSNormFunction.apply(y, z, self.weight, self.groups, self.eps)
+        return _gated_rms_norm(y, z, self.weight, self.groups, self.eps)
 
 
 class Mamba2(nn.Module):
