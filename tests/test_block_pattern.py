@@ -55,7 +55,7 @@ def test_blocks_of_one_kind_alone_keep_what_memtracker_sees(recompute):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--block-pattern", "attention+mamba"], "block_pattern: 'attention+mamba' has 'mamba'; a block is made of"),
+    (["--block-pattern", "attention+rwkv"], "block_pattern: 'attention+rwkv' has 'rwkv'; a block is made of"),
     (["--block-pattern", "mlp+moe", "-E", "4"], "block_pattern: 'mlp+moe': each kind at most once a block"),
     (["--block-pattern", "attention+moe"], "has 'moe' blocks: give n_experts > 1"),
     (["--block-pattern", "attention+mlp", "-E", "4"], "has no 'moe' block, and n_experts=4"),

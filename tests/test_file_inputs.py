@@ -416,6 +416,12 @@ BASE["granitemoehybrid"] = dict(num_hidden_layers=4, layer_types=["mamba", "atte
                                 shared_intermediate_size=48, num_local_experts=4, num_experts_per_tok=2,
                                 max_position_embeddings=32, vocab_size=100, mamba_n_heads=8, mamba_d_state=8,
                                 mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4)
+BASE["mamba"] = dict(num_hidden_layers=2, hidden_size=32, expand=2, state_size=8, conv_kernel=3, time_step_rank=4,
+                     vocab_size=100)
+BASE["jamba"] = dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1, hidden_size=64,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
+                     max_position_embeddings=32, vocab_size=100, num_experts=4, num_experts_per_tok=2,
+                     mamba_d_state=8, mamba_d_conv=3, mamba_dt_rank=4)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -430,6 +436,7 @@ ACCEPTS = {
     "object?": lambda v: v is None or type(v) is dict,
     "float?": lambda v: v is None or type(v) is float,
     "int|str?": lambda v: v is None or type(v) in (int, str),
+    "int|str": lambda v: type(v) in (int, str),
     "all|vision?": lambda v: v in (None, "all", "vision") and type(v) in (type(None), str),
 }
 WRONG = [None, True, False, 0, 1, 4096.7, 4096.0, "false", "true", "4096", "", ["gpt2"], [1], ["a"], {"a": 1},
@@ -495,6 +502,7 @@ EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "nu
                    "integers?": "a list of integers or null", "object?": "an object or null",
                    "float?": "a float (50.0, not 50) or null",
                    "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null",
+                   "int|str": "an integer or a string",
                    "all|vision?": "'all', 'vision' or null"}
 RANGE_PHRASE = {"size": "a positive integer", "size?": "a positive integer or null", "count": "an integer >= 0"}
 LOWEST = {"size": 1, "size?": 1, "count": 0}
@@ -650,6 +658,7 @@ OWN_TYPE = {
     "object?": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     "bool?": st.none() | st.booleans(), "float?": st.none() | st.floats(1, 100),
     "int|str?": st.none() | _sizes | _names,
+    "int|str": _sizes | _names,
     "all|vision?": st.sampled_from([None, "all", "vision"]) | _names,
 }
 
@@ -768,6 +777,9 @@ DIRECT["qwen3_5_moe_text"] = {k: v for k, v in DIRECT["qwen3_next"].items()  # m
 DIRECT["granitemoehybrid"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads",
                                   vocab_size="vocab_size", tie_word_embeddings="tie_embeddings", attention_bias="bias",
                                   num_experts_per_tok="top_k", shared_intermediate_size="d_shared_expert")
+DIRECT["mamba"] = dict(num_hidden_layers="n_layers", vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
+DIRECT["jamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", num_experts_per_tok="top_k",
+                       vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
 DIRECT["bamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", intermediate_size="d_ff",
                        vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",

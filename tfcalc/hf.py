@@ -61,6 +61,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "strings?": (TypeAdapter(list[StrictStr] | None), "a list of strings or null", ""),
     "object?": (TypeAdapter(dict[str, Any] | None), "an object or null", ""),
     "int|str?": (TypeAdapter(StrictInt | StrictStr | None), "an integer, a string or null", ""),
+    "int|str": (TypeAdapter(StrictInt | StrictStr), "an integer or a string", ""),  # Mamba's time_step_rank
     "all|vision?": (TypeAdapter(Literal["all", "vision"] | None), "'all', 'vision' or null", ""),
 }
 _RANGE_ERRORS = {"greater_than", "greater_than_equal"}

@@ -7,8 +7,9 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
 - `embedding`, `head`: the model's frame (each stack's embedding and final norm, the pooler and the head).
 - `attention` (with multi-head latent attention), `cross_attention`, `mlp`, `moe` (and the experts beside a dense
   MLP), `per_layer` (Gemma 4's per-layer input): the sublayers of a block.
-- `conv` (LFM2's short convolution), `mamba2` (Mamba2's SSD mixer), `gated_deltanet` (Qwen3-Next's linear
-  attention): the mixers of hybrid models, registered lazily (imported when a spec names them).
+- `conv` (LFM2's short convolution), `mamba` (Mamba's selective scan), `mamba2` (Mamba2's SSD mixer),
+  `gated_deltanet` (Qwen3-Next's linear attention): the mixers of hybrid models, registered lazily (imported when a
+  spec names them).
 """
 
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
@@ -18,5 +19,5 @@ from . import head  # noqa: F401
 from ..arch.builders import register_lazily
 
 # the sequence mixers of hybrid models: each module registers its kind when a spec first names it
-for _name in ("conv", "mamba2", "gated_deltanet"):
+for _name in ("conv", "mamba2", "gated_deltanet", "mamba"):
     register_lazily(_name, f"{__name__}.{_name}")

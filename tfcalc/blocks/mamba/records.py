@@ -1,0 +1,119 @@
+"""`SelectiveScan`: the record of Mamba's (v1) selective scan, as transformers' pure-torch path runs it
+(modeling_mamba.mamba_selective_scan over a sequence, mamba_selective_state_update for one token after a state).
+
+Shapes: b sequences, s new positions each, d_inner channels, a state of n per channel. The sequential form steps
+through the sequence one token at a time:
+
+    state = exp(A dt_i) * state + dt_i B_i x_i         # elementwise, [b, d_inner, n]
+    y_i   = state @ C_i                                 # a bmm [b, d_inner, n] @ [b, n, 1]: 2 b d_inner n
+
+so FlopCounterMode counts 2 b s d_inner n over the sequence, and 2 b d_inner n for one token after a state (the
+recurrent form's one bmm): the same figure either way (a size-1 contraction is still a bmm, counted as such). The
+prefill after a cache runs the sequential form from a zero state, as transformers does. No file here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...arch.ops import Parallel, Record, _ceil
+
+# Non-matmul work, an estimate stated once (reported apart, never in forward):
+PER_CHANNEL = 6  # dt + dt_bias, softplus (per channel and position); + D x, the add, the stack
+PER_STATE = 6  # A * dt, exp, dt * B, * x, state * dA, + dBx (per channel, state entry and position)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectiveScan(Record):
+    """Mamba's selective scan over b sequences of s new positions: `channels` (d_inner) channels, a state of
+    `d_state` per channel. `carried`: an inference step keeps the state [d_inner, n] per sequence for the next (0
+    elements in training). Its parameters are A_log [d_inner, n] and D [d_inner]. Tensor parallelism splits the
+    channels (in_proj and dt_proj are column-parallel, x_proj and out_proj row-parallel)."""
+
+    component: str
+    b: int
+    s: int
+    channels: int
+    d_state: int
+    carried: bool = False
+    sublayer: str = ""
+
+    role = "scan"
+    state_bytes = 4  # the SSM state is fp32: exp(A dt) and dt B x are fp32 (A_log.float(), dt_proj.bias.float())
+
+    def flops(self, channels: int) -> int:
+        """2 b s channels n: one [b, channels, n] @ [b, n, 1] bmm per token."""
+        return 2 * self.b * self.s * channels * self.d_state
+
+    def useful(self) -> int:
+        """Nothing is padded: the figure of a fused selective-scan kernel's matmul work too."""
+        return self.flops(self.channels)
+
+    # ---- counting
+    def params(self) -> int:
+        return self.channels * self.d_state + self.channels  # A_log [d_inner, n], D [d_inner]
+
+    def parameters(self) -> dict[str, int]:
+        return {self.component: self.params()}
+
+    def inactive_params(self) -> int:
+        return 0
+
+    def matrix_params(self, tp: int = 1) -> int:
+        return 0  # A_log and D: not a linear layer's matrix (weight-only schemes leave them alone)
+
+    def forward(self) -> dict[str, int]:
+        return {self.component: self.flops(self.channels)}
+
+    def masked(self, windows: bool) -> dict[str, int]:
+        return {}  # no mask: every step is computed
+
+    def non_matmul(self) -> dict[str, int]:
+        t = self.b * self.s
+        return {"mamba/scan": t * self.channels * (PER_CHANNEL + PER_STATE * self.d_state)} if t else {}
+
+    def names(self) -> list[str]:
+        return [self.component]
+
+    # ---- inference
+    def cache(self, tp: int = 1) -> dict[str, int]:
+        return {}
+
+    def cache_per_token(self, tp: int = 1) -> int:
+        return 0
+
+    def state(self, tp: int = 1) -> dict[str, int]:
+        """[b, d_inner / tp, n]: the SSM state per sequence, whatever the context."""
+        if not self.carried:
+            return {}
+        return {self.component: self.b * _ceil(self.channels, tp) * self.d_state}
+
+    def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        if not self.s:
+            return None
+        c, n, t = _ceil(self.channels, tp), self.d_state, self.b * self.s
+        # x, dt and y per channel; B and C; A_log and D; the state read and written (fp32)
+        moved = (3 * t * c + 2 * t * n + c * n + c) * act
+        if self.carried:
+            moved += 2 * self.b * c * n * self.state_bytes
+        return self.flops(c), moved
+
+    def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:
+        return None
+
+    # ---- training
+    def tensors(self, tp: int, ep: int, copy_tied: bool) -> list[int]:
+        c = _ceil(self.channels, tp)
+        return [c * self.d_state, c]
+
+    # `saved` is not defined: what the eager per-token loop keeps for backward is not yet held to MemTracker, so
+    # training memory of a model with a Mamba block raises UnsupportedFigure naming this record (never a silent 0).
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        return self._missing("saved (what the eager selective scan keeps for backward is not yet held to "
+                             "MemTracker)")
+
+    def gemm(self) -> tuple[int, int, int] | None:
+        return None  # batched products of activations: no weight GEMM
+
+    def scores(self) -> int:
+        return 0
