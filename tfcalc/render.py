@@ -166,7 +166,7 @@ def describe(spec: ModelSpec, workload: bool = True) -> str:
     if spec.block_pattern is not None:
         parts.append(f"blocks {'/'.join(spec.block_pattern)}")
         for name, sizes in spec.used_sizes().items():
-            parts.append(f"{name} " + " ".join(f"{k}={v}" for k, v in sizes.model_dump().items()))
+            parts.append(f"{name} " + " ".join(f"{k}={v}" for k, v in sizes.model_dump().items() if v is not None))
     if spec.sliding_window is not None:
         where = ("/".join(spec.attention_pattern) if spec.attention_pattern is not None
                  else f"last {spec.sliding_window_layers}" if spec.sliding_window_layers is not None else "all")
