@@ -5,7 +5,7 @@ refused by name."""
 
 import pytest
 
-from tfcalc import ModelSpec, TfcalcError, Workload, count
+from tfcalc import ModelSpec, Workload, count
 from tfcalc.arch import build
 from tfcalc.arch.ops import Parallel, UnsupportedFigure
 from tfcalc.plan.memory import inference_memory
