@@ -169,6 +169,11 @@ class Record:
         """Score elements a recomputed attention core materialises again."""
         return self._missing("scores")
 
+    def transient(self, par: Parallel) -> int:
+        """Bytes this op materialises again in its own backward whatever the recompute mode (a scan run under
+        checkpoint brings back its intermediates): on top of what is kept, at the peak. 0: it recomputes nothing."""
+        return self._missing("transient")
+
 
 @dataclass(frozen=True, slots=True)
 class Matmul(Record):
@@ -292,6 +297,9 @@ class Matmul(Record):
         return saved
 
     def scores(self) -> int:
+        return 0
+
+    def transient(self, par: Parallel) -> int:
         return 0
 
 
@@ -430,6 +438,9 @@ class AttentionCore(Record):
     def scores(self) -> int:
         return self.b * self.h * self.s_q * self.s_k
 
+    def transient(self, par: Parallel) -> int:
+        return 0  # what selective recomputation brings back is scores(), by recompute mode
+
 
 class _NoMatmul:
     """The figures of a record that does no matmul and caches nothing."""
@@ -464,6 +475,9 @@ class _NoMatmul:
         return None
 
     def scores(self) -> int:
+        return 0
+
+    def transient(self, par: Parallel) -> int:
         return 0
 
 

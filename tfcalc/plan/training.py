@@ -403,14 +403,18 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         full, kv = _ops_activations(part.ops, a, recompute, layout)
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
+        # what an op brings back in its own backward whatever the mode (a checkpointed scan's intermediates)
+        par = Parallel(layout.tp, layout.cp, layout.sp)
+        own = max((op.transient(par) for op in part.ops), default=0) if part.block else 0
         if part.block and recompute == "full":
             # the block's input is [T, D], as each residual add's (a block without input norms has no norm of it)
             first = next(op for op in part.ops if op.role == "residual")
             kept = {"block input": _ceil(first.elements * a, (layout.tp if layout.sp and layout.tp > 1
                                                               else 1) * layout.cp)}
-            recompute_extra = max(recompute_extra, sum(full.values()))
+            recompute_extra = max(recompute_extra, sum(full.values()) + own)
         else:
             kept = full
+            recompute_extra = max(recompute_extra, own)
             if recompute == "selective" and part.block:
                 recompute_extra = max(recompute_extra, max(
                     (_ceil(op.scores() * a, layout.tp * layout.cp) for op in part.ops), default=0))

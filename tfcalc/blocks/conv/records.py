@@ -104,3 +104,6 @@ class Conv(Record):
     def scores(self) -> int:
         return 0
 
+    def transient(self, par: Parallel) -> int:
+        return 0
+

@@ -163,3 +163,15 @@ class SSDScan(Record):
 
     def scores(self) -> int:
         return 0
+
+    def transient(self, par: Parallel) -> int:
+        """In backward the checkpointed scan runs its eager forward again and keeps its fp32 intermediates (x, B
+        and C per head, L, G and G*L per chunk, Y_diag, Y_off, the chunk states) while their gradients flow: an
+        estimate fitted to MemTracker's peak over 12 shapes (within 3% of the peak; docs/formulas.md):
+        4 bytes x b x h x (10 P p + 7 P n + c Q^2 + 3 c p n), P = c Q the padded positions."""
+        if self.recurrent or not self.s:
+            return 0
+        c, Q, p, n = self.chunks, self.chunk, self.head_dim, self.d_state
+        padded = c * Q
+        return par.part(4 * self.b * self.heads * (10 * padded * p + 7 * padded * n + c * Q * Q + 3 * c * p * n),
+                        par.tp)
