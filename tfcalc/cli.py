@@ -148,8 +148,8 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
     elif typing.get_origin(kind) is dict:  # kinds: conv.kernel=4,conv.bias=true
         kind, extra = str, {"parser": _kind_sizes, "metavar": "KIND.FIELD=VALUE,..."}
     # escaped: rich reads [d_head] in a description as markup and drops it from --help
-    option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_panel(name), show_default=False,
-                          **extra)
+    option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_panel(name),
+                          show_default=False, **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
 
@@ -527,7 +527,8 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
             typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
         else:
             header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
-                      f"workload: {render.describe_workload(result.workload, result.spec)}", render.crossover_line(result)]
+                      f"workload: {render.describe_workload(result.workload, result.spec)}",
+                      render.crossover_line(result)]
             _print_tables(render.count_tables(result), fmt, header)
         return
     from .sweep import count_points, count_row, order
@@ -913,7 +914,8 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     points = _sweep_points(presets, spec, hf_config, overrides, axes)
     if sp and (tp is None or tp == 1):
         raise TfcalcError("--sp: sequence parallelism splits what tensor parallelism keeps whole over the "
-                          f"tensor-parallel GPUs; it needs --tp 2 or more (got {'no --tp' if tp is None else '--tp 1'})")
+                          "tensor-parallel GPUs; it needs --tp 2 or more (got "
+                          f"{'no --tp' if tp is None else '--tp 1'})")
     layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
                                       ("ep", ep), ("cp", cp)) if v is not None}
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
