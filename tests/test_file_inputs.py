@@ -422,6 +422,20 @@ BASE["jamba"] = dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset
                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
                      max_position_embeddings=32, vocab_size=100, num_experts=4, num_experts_per_tok=2,
                      mamba_d_state=8, mamba_d_conv=3, mamba_dt_rank=4)
+BASE["ministral3"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=16, intermediate_size=96, max_position_embeddings=32, vocab_size=100,
+                          sliding_window=8)
+BASE["glm4"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=96, max_position_embeddings=32, vocab_size=100, attention_bias=True,
+                    partial_rotary_factor=0.5)
+BASE["glm4_moe"] = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, intermediate_size=96, max_position_embeddings=32, vocab_size=100,
+                        attention_bias=True, use_qk_norm=True, n_routed_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, n_shared_experts=1, n_group=2, topk_group=1,
+                        first_k_dense_replace=1, partial_rotary_factor=0.5)
+BASE["phimoe"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                      intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
+                      num_local_experts=4, num_experts_per_tok=2, attention_bias=True, lm_head_bias=True)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -777,6 +791,14 @@ DIRECT["qwen3_5_moe_text"] = {k: v for k, v in DIRECT["qwen3_next"].items()  # m
 DIRECT["granitemoehybrid"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads",
                                   vocab_size="vocab_size", tie_word_embeddings="tie_embeddings", attention_bias="bias",
                                   num_experts_per_tok="top_k", shared_intermediate_size="d_shared_expert")
+DIRECT["ministral3"] = _DECODER_DIRECT | dict(sliding_window="sliding_window")
+# GLM-4's rotary width follows head_dim, and GLM-4.5's shared expert's width moe_intermediate_size: not direct
+DIRECT["glm4"] = {k: v for k, v in _DECODER_DIRECT.items() if k != "head_dim"} | dict(attention_bias="qkv_bias")
+DIRECT["glm4_moe"] = DIRECT["glm4"] | dict(n_routed_experts="n_experts", num_local_experts="n_experts",
+                                           num_experts_per_tok="top_k")
+DIRECT["phimoe"] = _DECODER_DIRECT | dict(sliding_window="sliding_window", num_local_experts="n_experts",
+                                          num_experts_per_tok="top_k", attention_bias="bias",
+                                          lm_head_bias="head_bias")
 DIRECT["mamba"] = dict(num_hidden_layers="n_layers", vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
 DIRECT["jamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", num_experts_per_tok="top_k",
                        vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")

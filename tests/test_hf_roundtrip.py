@@ -164,6 +164,9 @@ REFUSED = {
     **{(t, "moe_layer_freq"): "moe_layer_freq" for t in ("deepseek_v2", "deepseek_v3")},
     ("deepseek_v2", "mlp_bias"): "mlp_bias", ("deepseek_v3", "n_group"): "n_group",
     ("deepseek_v3", "num_experts_per_tok"): "num_experts_per_tok",
+    # GLM-4.5's group-limited router: 4 experts in 4 groups, each scored by its top 2; Phi-3.5-MoE's sparsemixer: 2
+    ("glm4_moe", "n_group"): "n_group", ("glm4_moe", "num_experts_per_tok"): "num_experts_per_tok",
+    ("phimoe", "num_experts_per_tok"): "num_experts_per_tok",
     ("falcon", "num_ln_in_parallel_attn"): "num_ln_in_parallel_attn", ("gpt_neox", "head_dim"): "head_dim",
     ("mpt", "expansion_ratio"): "expansion_ratio", ("mpt", "no_bias"): "no_bias",
     # two blocks, sliding then full: a KV-shared last block has no full block before it to share (transformers'
