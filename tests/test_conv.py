@@ -156,3 +156,9 @@ def test_a_spec_file_groups_the_kinds_sizes(tmp_path):
 def test_an_api_error_is_the_projects():
     with pytest.raises((TfcalcError, ValueError), match="kinds.conv.bias=1"):
         hybrid(kinds={"conv": {"bias": 1}})
+
+
+def test_a_size_typed_twice_is_refused_not_dropped():
+    r = runner.invoke(app, ["count", "-p", "lfm2-1.2b", "--kinds", "conv.kernel=4,conv.kernel=5"])
+    assert r.exit_code == 2 and "conv.kernel given twice (4 and 5): give it once" in r.output
+    assert r.output.count("\n") == 1

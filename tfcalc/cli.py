@@ -175,7 +175,11 @@ def _kind_sizes(text: str) -> dict[str, dict[str, Any]]:
                 parsed = _integer(value)
             except typer.BadParameter:
                 parsed = value
-        out.setdefault(kind, {})[field.strip()] = parsed
+        sizes = out.setdefault(kind, {})
+        if field.strip() in sizes:  # the same size twice: which one was meant? (a value typed is never dropped)
+            raise typer.BadParameter(f"{key.strip()} given twice ({sizes[field.strip()]!r} and {parsed!r}): give it "
+                                     "once")
+        sizes[field.strip()] = parsed
     return out
 
 
