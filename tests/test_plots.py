@@ -314,3 +314,16 @@ def test_a_dense_sweep_is_one_band_per_component_not_one_bar_per_point():
     assert len(ax.patches) == 0 and len(ax.collections) == components
     few = plot.components_over(counted(load_preset("llama3-8b"), seq_len=[128, 256]), "seq_len")
     assert len(few.axes[0].patches) == 2 * components  # a bar per point and component
+
+
+def test_a_hybrids_memory_stacks_its_state_and_a_long_pattern_fits_the_caption():
+    from tfcalc.plan.memory import inference_memory
+
+    spec = load_preset("nemotron-h-8b")
+    pairs = [(point, inference_memory(point.spec, Workload(phase="decode", seq_len=1, context=point.values["context"])))
+             for point in expand([Model(spec, "nemotron-h-8b")], {}, {"context": [1024, 4096]})]
+    fig = plot.memory_breakdown(pairs, "context")
+    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert {"weights", "KV cache", "state"} <= labels
+    caption = next(t for t in fig.texts if t.get_gid() == "caption").get_text()
+    assert "recurrent state" in caption and max(map(len, caption.split("\n"))) < 150

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import textwrap
 from fractions import Fraction
 from pathlib import Path
@@ -133,6 +134,9 @@ def _caption(fig, text: str) -> None:
     """The caption under the axes: the model, the workload, the conventions; the layout leaves room for it."""
     width_in, height_in = fig.get_size_inches()
     chars = int(width_in * 72 / (7.5 * 0.58))
+    # a long token (a hybrid's block pattern, conv+mlp/attention+mlp/...) may break after its slashes: letters are
+    # wider than the average the line length assumes, so cutting it at `chars` would run past the figure's edge
+    text = re.sub(r"\S{40,}", lambda m: m[0].replace("/", "/ "), text)
     lines = [line for paragraph in text.split("\n") for line in textwrap.wrap(paragraph, chars)]
     room = (len(lines) * 7.5 * 1.3 + 10) / 72 / height_in
     fig.get_layout_engine().set(rect=(0, room, 1, 1 - room))
@@ -398,8 +402,9 @@ def counts_figure(pairs: list, axes: dict[str, list[int]], title: str | None = N
 # ---- memory ---------------------------------------------------------------------------------------------------
 
 def _memory_parts(m) -> list[tuple[str, int]]:
-    if hasattr(m, "kv_cache_bytes"):
-        return [("weights", m.weights_bytes), ("KV cache", m.kv_cache_bytes)]
+    if hasattr(m, "kv_cache_bytes"):  # a hybrid's recurrent state beside the KV cache, where it has one
+        return [("weights", m.weights_bytes), ("KV cache", m.kv_cache_bytes)] + (
+            [("state", m.state_bytes)] if getattr(m, "state_bytes", 0) else [])
     parts = [("weights", m.weights), ("gradients", m.gradients), ("optimizer states", m.optimizer_states)]
     if m.master_weights:
         parts.append(("master weights", m.master_weights))
@@ -407,7 +412,7 @@ def _memory_parts(m) -> list[tuple[str, int]]:
 
 
 _MEMORY_COLOURS = {"weights": "#3b6ea5", "gradients": "#7fa7cf", "optimizer states": "#d9822b",
-                   "master weights": "#f0b97a", "activations": "#5a9e5a", "KV cache": "#b5524a"}
+                   "master weights": "#f0b97a", "activations": "#5a9e5a", "KV cache": "#b5524a", "state": "#8e6bb8"}
 
 
 @_styled
@@ -460,7 +465,9 @@ def memory_breakdown(pairs: list, axis: str | None):
     else:
         recipe = (f"weights {m0.dtype}, KV cache {m0.kv_dtype}; first point {describe_workload(m0.workload)}, "
                   f"{m0.workload.keys:,} tokens per sequence in the cache")
-        scope = "Weights and KV cache only: activations and the runtime's own memory are not counted."
+        scope = ("Weights and KV cache" + (" and recurrent state (a constant per sequence)"
+                                            if any(getattr(m, "state_bytes", 0) for _, m in pairs) else "")
+                 + " only: activations and the runtime's own memory are not counted.")
     models = list(dict.fromkeys(p.model for p, _ in pairs))
     first = (f"{m0.spec.label}: {describe(m0.spec)}" if len(models) == 1 else
              f"{', '.join(models)}; the first: {describe(m0.spec)}")
