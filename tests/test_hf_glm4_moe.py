@@ -1,12 +1,12 @@
 """GLM-4.5 (glm4_moe) from its config.json: exact against transformers' Glm4MoeForCausalLM (sum(numel) on meta,
 FlopCounterMode forward FLOPs with eager attention), with transformers' defaults, and refusals by field name."""
 
-import json
 import warnings
 
 import pytest
 import torch
 import transformers
+from hf_oracle import hf_config, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
@@ -17,18 +17,6 @@ from tfcalc.verify import hf_model
 
 CLASS = transformers.Glm4MoeForCausalLM
 ACTS = ["silu", "gelu", "gelu_pytorch_tanh", "relu"]
-
-
-def write(folder, config: dict):
-    path = folder / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def hf_config(config: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.AutoConfig.for_model(**config)
 
 
 def meta_params(config: dict) -> int:

@@ -3,12 +3,12 @@
 a decode step after a cache too), with transformers' defaults, refusals by field name and the check against
 transformers per component."""
 
-import json
 import warnings
 
 import pytest
 import torch
 import transformers
+from hf_oracle import hf_config, write
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
@@ -19,19 +19,6 @@ from tfcalc.verify import hf_model
 
 # GraniteMoeHybridConfig's names for the mixers, transformers' own and the legacy ones it remaps
 MAMBA, ATTENTION = ("linear_attention", "mamba"), ("full_attention", "attention")
-
-
-def write(folder, config: dict):
-    path = folder / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def hf_config(config: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        transformers.logging.set_verbosity_error()
-        return transformers.AutoConfig.for_model(**config)
 
 
 def meta_params(config: dict) -> int:

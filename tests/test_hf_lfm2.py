@@ -3,12 +3,12 @@ forward FLOPs of an eager CPU forward), with transformers' defaults, its legacy 
 check against transformers per component, and the lfm2-1.2b preset pinned to the class built from the published
 config."""
 
-import json
 import warnings
 
 import pytest
 import torch
 import transformers
+from hf_oracle import hf_config, write
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
@@ -30,18 +30,6 @@ LFM2_1_2B = {"model_type": "lfm2", "block_auto_adjust_ff_dim": True, "block_ff_d
              "max_position_embeddings": 128000, "num_attention_heads": 32, "num_hidden_layers": 16,
              "num_key_value_heads": 8, "rope_theta": 1000000.0, "vocab_size": 65536, "bos_token_id": 1,
              "eos_token_id": 7, "pad_token_id": 0}
-
-
-def write(folder, config: dict, name="config.json"):
-    path = folder / name
-    path.write_text(json.dumps(config))
-    return path
-
-
-def hf_config(config: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.AutoConfig.for_model(**config)
 
 
 def meta_params(config: dict) -> int:

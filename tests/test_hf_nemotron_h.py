@@ -3,12 +3,12 @@ FlopCounterMode forward FLOPs of an eager CPU forward over its pure-torch path, 
 transformers' defaults, its pattern string and legacy keys, refusals by field name, the check against transformers
 per component, and the nemotron-h-8b preset pinned to the class built from the published config."""
 
-import json
 import warnings
 
 import pytest
 import torch
 import transformers
+from hf_oracle import hf_config, write
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
@@ -31,19 +31,6 @@ NEMOTRON_H_8B = {"model_type": "nemotron_h", "attention_bias": False, "attention
                  "mlp_hidden_act": "relu2", "n_groups": 8, "num_attention_heads": 32, "num_hidden_layers": 52,
                  "num_key_value_heads": 8, "ssm_state_size": 128, "tie_word_embeddings": False, "use_bias": False,
                  "use_conv_bias": True, "vocab_size": 131072}
-
-
-def write(folder, config: dict):
-    path = folder / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def hf_config(config: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        transformers.logging.set_verbosity_error()
-        return transformers.AutoConfig.for_model(**config)
 
 
 def meta_params(config: dict) -> int:

@@ -3,12 +3,12 @@ FlopCounterMode forward FLOPs of an eager CPU forward on its pure-torch path: th
 causal conv, real routing), in train, prefill and decode, with transformers' defaults, refusals by field name and the
 check against transformers per component."""
 
-import json
 import warnings
 
 import pytest
 import torch
 import transformers
+from hf_oracle import hf_config, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
@@ -23,18 +23,6 @@ TINY = {"model_type": "qwen3_next", "num_hidden_layers": 4, "hidden_size": 32, "
         "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 6, "linear_conv_kernel_dim": 3,
         "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 12, "shared_expert_intermediate_size": 10,
         "mlp_only_layers": [1], "max_position_embeddings": 256}
-
-
-def write(folder, config: dict):
-    path = folder / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def hf_config(config: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.AutoConfig.for_model(**config)
 
 
 def meta_params(config: dict) -> int:
