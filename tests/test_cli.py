@@ -155,7 +155,7 @@ def test_entry_point_builds_only_the_command_it_runs(monkeypatch, capsys):
             cli.main()
         assert exit_.value.code == 0
     assert built == [["count"], ["count", "compare", "check", "profile", "memory", "infer", "train", "presets",
-                                 "gpus"]]
+                                 "gpus", "flags"]]
     help_text = capsys.readouterr().out
     assert all(name in help_text for name in ("count", "compare", "check", "profile", "memory", "infer", "train", "presets"))
     assert [c.name for c in cli.app.registered_commands] == built[1]  # restored
@@ -225,19 +225,59 @@ def test_check_bad_device(args, message):
     assert message in r.output and len(r.output.strip().splitlines()) == 1
 
 
-def test_help_keeps_the_brackets_of_field_descriptions():
+def test_flags_keep_the_brackets_of_field_descriptions():
     # rich reads "[d_head]" as markup and drops it unless escaped; every bracketed shape a description gives must
-    # show in --help as written
+    # show as written, in `tfcalc flags` and in --help's own panel (the sizes)
     import re
 
     from tfcalc import ModelSpec
-    result = CliRunner().invoke(app, ["count", "--help"], env={"COLUMNS": "300", "TERMINAL_WIDTH": "300"})
-    assert result.exit_code == 0
-    text = " ".join(result.output.replace("│", " ").split())
-    shapes = {s for f in ModelSpec.model_fields.values() for s in re.findall(r"\[[^\]]+\]", f.description or "")}
-    assert "[d_head]" in shapes
-    missing = [s for s in shapes if " ".join(s.split()) not in text]
-    assert not missing, missing
+    from tfcalc.cli import _hidden
+    env = {"COLUMNS": "300", "TERMINAL_WIDTH": "300"}
+    listed = CliRunner().invoke(app, ["flags"], env=env)
+    helped = CliRunner().invoke(app, ["count", "--help"], env=env)
+    assert listed.exit_code == 0 and helped.exit_code == 0
+    for result, fields in ((listed, ModelSpec.model_fields),
+                           (helped, {k: f for k, f in ModelSpec.model_fields.items() if not _hidden(k)})):
+        text = " ".join(result.output.replace("│", " ").split())
+        shapes = {s for f in fields.values() for s in re.findall(r"\[[^\]]+\]", f.description or "")}
+        missing = [s for s in shapes if " ".join(s.split()) not in text]
+        assert not missing, missing
+    assert "[d_head]" in listed.output
+
+
+@pytest.mark.parametrize("command", ["count", "compare", "memory", "infer", "train", "check", "profile", "presets",
+                                     "gpus", "flags"])
+def test_help_at_80_columns_cuts_no_name_or_word(command):
+    # rich's option tables end a name or a word that does not fit with "…": at 80 columns none may (a process of
+    # its own: typer reads the terminal's width when it is imported)
+    import os
+    result = subprocess.run([sys.executable, "-m", "tfcalc", command, "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}, encoding="utf-8")
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    assert max(map(len, result.stdout.splitlines())) <= 80
+
+
+def test_flags_lists_every_spec_field_and_the_hidden_ones_still_work():
+    import json
+
+    from tfcalc import ModelSpec
+    listed = json.loads(CliRunner().invoke(app, ["flags", "--json"]).output)
+    assert list(listed) == sorted(ModelSpec.model_fields, key=list(listed).index)
+    assert set(listed) == set(ModelSpec.model_fields)
+    assert listed["tie_embeddings"]["flag"] == "--tie-embeddings / --no-tie-embeddings"
+    assert listed["n_layers"]["flag"] == "-L, --n-layers" and listed["n_layers"]["takes"] == "INT|LIST"
+    # a flag --help leaves out is still taken
+    assert "--qk-norm" not in CliRunner().invoke(app, ["count", "--help"], env={"COLUMNS": "300"}).output
+    r = run("count", "-p", "gpt2", "--qk-norm", "head", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["spec"]["qk_norm"] == "head"
+
+
+def test_flags_filters_by_a_word_and_refuses_one_that_matches_nothing():
+    r = CliRunner().invoke(app, ["flags", "EXPERT"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0 and "--n-experts" in r.output and "--n-layers" not in r.output
+    r = run("flags", "zzz")
+    assert r.exit_code == 2 and "'zzz': no model flag" in r.output and len(r.output.strip().splitlines()) == 1
 
 
 def test_every_spec_field_has_its_flag_in_docs_cli():

@@ -102,7 +102,7 @@ def test_bare_tfcalc_prints_help_and_names_what_is_missing():
     p = subprocess.run([sys.executable, "-m", "tfcalc"], capture_output=True, text=True, cwd=ROOT)
     assert "count" in p.stdout and "presets" in p.stdout
     assert p.stderr.strip() == ("tfcalc: error: give a command: count, compare, check, profile, memory, infer, "
-                                "train, presets or gpus (tfcalc --help)")
+                                "train, presets, gpus or flags (tfcalc --help)")
     assert p.returncode == 2
 
 

@@ -10,6 +10,7 @@ import inspect
 import itertools
 import math
 import os
+import shutil
 import sys
 import types
 import typing
@@ -106,7 +107,7 @@ _SHORT = {"n_layers": "-L", "d_model": "-d", "n_heads": "-H", "vocab_size": "-V"
 # the spec flags in panels by how often they are needed, so that --help reads top-down: the sizes first, the
 # choices of a block, then experts and windows, the rarer architectures last (docs/cli.md lists them all)
 _PANELS = {
-    "Model: sizes (override --preset / --spec)": (
+    "Model: sizes (override a preset or spec; the rest: tfcalc flags)": (
         "name", "n_layers", "n_encoder_layers", "d_model", "n_heads", "d_head", "n_kv_heads", "d_ff", "vocab_size",
         "seq_len", "batch_size", "max_positions"),
     "Model: the block": (
@@ -119,10 +120,17 @@ _PANELS = {
         "attention_pattern"),
 }
 _RARE = "Model: rarer architectures (MLA, Gemma 4, ALBERT, BERT, T5, gpt-oss, Qwen3-Next)"
+_SHOWN = next(iter(_PANELS))  # --help shows the sizes; the other model flags are listed by `tfcalc flags`
 
 
 def _panel(field: str) -> str:
     return next((panel for panel, fields in _PANELS.items() if field in fields), _RARE)
+
+
+def _hidden(field: str) -> bool:
+    """A model flag left out of --help (still taken): all but the sizes, which `tfcalc flags` lists, never cut at
+    any width (rich's option tables cut long flag names and words at 80 columns)."""
+    return _panel(field) != _SHOWN
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -149,7 +157,7 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
         kind, extra = str, {"parser": _kind_sizes, "metavar": "KIND.FIELD=VALUE,..."}
     # escaped: rich reads [d_head] in a description as markup and drops it from --help
     option = typer.Option(*decls, help=escape(field.description or ""), rich_help_panel=_panel(name),
-                          show_default=False, **extra)
+                          show_default=False, hidden=_hidden(name), **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
 
@@ -357,7 +365,8 @@ def _sweep_parameter(name: str) -> inspect.Parameter:
     """The spec flag of an integer field, taking one value or a list or range of them."""
     decls = ["--" + name.replace("_", "-"), *([_SHORT[name]] if name in _SHORT else [])]
     option = typer.Option(*decls, help=escape(ModelSpec.model_fields[name].description or ""),
-                          rich_help_panel=_panel(name), show_default=False, parser=_sizes, metavar="INT|LIST")
+                          rich_help_panel=_panel(name), show_default=False, parser=_sizes, metavar="INT|LIST",
+                          hidden=_hidden(name))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[str], option])
 
@@ -789,7 +798,8 @@ def profile_cmd(
                                                                    "(for models that do not fit).")] = None,
     memory_budget: Annotated[Optional[int], typer.Option("--memory-budget", help="Bytes the step may use "
                                                          "(default: what the device has free).")] = None,
-    tune_allocator: Annotated[bool, typer.Option("--tune-allocator/--default-allocator", help=(
+    tune_allocator: Annotated[bool, typer.Option("--tune-allocator/--default-allocator", rich_help_panel=(
+        "The CPU's allocator"), help=(
         "CPU: keep freed blocks in glibc's heap so that steps do not pay for page faults (mallopt; see "
         "docs/profiling.md), or leave malloc as it is."))] = True,
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png|FILE.svg", help=(
@@ -1286,6 +1296,60 @@ def gpus_cmd(fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
                    nl=False)
     else:
         _print_tables([render.gpus_table(gpus)], fmt)
+
+
+def _takes(name: str) -> str:
+    """What a model flag takes, as --help writes it."""
+    kind = _unwrap(ModelSpec.model_fields[name].annotation)
+    if kind is int:
+        return "INT|LIST"
+    if kind is bool:
+        return "on/off"
+    if typing.get_origin(kind) is typing.Literal:
+        return "|".join(map(str, typing.get_args(kind)))
+    if typing.get_origin(kind) is list:
+        return "A,B,..."
+    if typing.get_origin(kind) is dict:
+        return "KIND.FIELD=VALUE,..."
+    return "TEXT"
+
+
+def _flag_names(name: str) -> str:
+    flag = "--" + name.replace("_", "-")
+    short = [_SHORT[name]] if name in _SHORT else []
+    long = f"{flag} / --no-{flag[2:]}" if _unwrap(ModelSpec.model_fields[name].annotation) is bool else flag
+    return ", ".join([*short, long])
+
+
+@app.command("flags", epilog="Examples: tfcalc flags  |  tfcalc flags expert  |  tfcalc flags --json")
+def flags_cmd(word: Annotated[Optional[str], typer.Argument(metavar="WORD", show_default=False, help=(
+                  "Only the flags whose name or description holds WORD (any case)."))] = None,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+    """Every model flag, by panel: the commands' --help shows only the sizes.
+
+    Taken by count, compare, memory, infer, train, check and profile; INT|LIST sweeps in count, memory, infer."""
+    fields = [name for name in SPEC_FIELDS if word is None or word.casefold() in (
+        name + " " + _flag_names(name) + " " + (ModelSpec.model_fields[name].description or "")).casefold()]
+    if not fields:
+        raise TfcalcError(f"{word!r}: no model flag's name or description holds it (tfcalc flags lists them all)")
+    fields.sort(key=lambda name: _RANK[_panel(name)])
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({name: {"flag": _flag_names(name), "takes": _takes(name), "panel": _panel(name),
+                                          "help": ModelSpec.model_fields[name].description or ""}
+                                   for name in fields}))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["field", "flag", "takes", "panel", "help"], [
+            [name, _flag_names(name), _takes(name), _panel(name), ModelSpec.model_fields[name].description or ""]
+            for name in fields]), nl=False)
+    else:
+        panels = {panel: [(_flag_names(name), _takes(name), ModelSpec.model_fields[name].description or "")
+                          for name in fields if _panel(name) == panel] for panel in dict.fromkeys(map(_panel, fields))}
+        if fmt is Format.markdown:
+            typer.echo("\n\n".join(render.to_markdown(render.flags_table(p, f)) for p, f in panels.items()))
+        else:
+            width = shutil.get_terminal_size().columns if sys.stdout.isatty() or "COLUMNS" in os.environ else None
+            typer.echo(render.flags_text(panels, width))
 
 
 def main() -> None:

@@ -498,6 +498,27 @@ def _decimal(n: int, unit: int) -> str:
     return f"{q:,f}"
 
 
+def flags_table(panel: str, flags: list[tuple[str, str, str]]) -> Table:
+    """One panel of `tfcalc flags` (markdown): each model flag, what it takes and what it sets."""
+    return Table(panel, ["flag", "takes", "what it sets"], [list(f) for f in flags])
+
+
+def flags_text(panels: dict[str, list[tuple[str, str, str]]], width: int | None) -> str:
+    """`tfcalc flags` as a man page lists options: per panel, each flag and what it takes on a line, what it sets
+    indented under it, wrapped at `width` (None: unwrapped) between words, never inside one."""
+    import textwrap
+
+    out = []
+    for panel, flags in panels.items():
+        out += ["", panel]
+        for names, takes, text in flags:
+            out.append(f"  {names}  {takes}")
+            lines = textwrap.wrap(text, max(width - 6, 20), break_long_words=False, break_on_hyphens=False) \
+                if width else [text]
+            out += ["      " + line for line in lines if line]
+    return "\n".join(out[1:])
+
+
 def gpus_table(gpus) -> Table:
     """The datasheet table `--gpu` reads: memory, bandwidth, dense peaks per dtype, the link, each row's source."""
     dtypes = ("bf16", "fp8", "fp32", "fp16", "tf32", "int8")
