@@ -143,7 +143,8 @@ def test_a_family_and_a_decode_sweep():
 
 def test_tidy_rows_of_different_models_share_one_set_of_columns():
     rows = [{"model": "a", "x": 1}, {"model": "b", "y": 2}]
-    assert tidy(iter(rows)) == (["model", "x", "y"], [["a", 1, None], ["b", None, 2]])
+    columns, values = tidy(iter(rows))
+    assert (columns, list(values)) == (["model", "x", "y"], [["a", 1, None], ["b", None, 2]])
     dense, moe = sweep(["llama2-7b", "mixtral-8x7b"], seq_len=512)
     assert dense.keys() == moe.keys()
     assert dense["params.active"] == dense["params.total"] and moe["params.active"] == 12_879_925_248
@@ -305,3 +306,52 @@ def test_a_sweep_without_plot_never_imports_matplotlib():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
+
+
+def test_spool_gives_back_every_row_with_every_column_as_often_as_asked():
+    from tfcalc.sweep import tidy
+    rows = [{"a": 1, "b": 2**200}, {"a": 3, "c": None, "d": "x|y"}, {"a": 5, "b": 1.5}]
+    columns, spool = tidy(iter(rows))
+    assert columns == ["a", "b", "c", "d"]
+    expected = [[1, 2**200, None, None], [3, None, None, "x|y"], [5, 1.5, None, None]]
+    assert list(spool) == expected and list(spool) == expected and len(spool) == 3
+
+
+def test_a_long_sweep_holds_one_row_at_a_time():
+    # the rows go to disk as they come: at most the row being written is alive (counted, not timed)
+    from tfcalc.sweep import tidy
+
+    class Row(dict):
+        alive = 0
+
+        def __init__(self, *args):
+            super().__init__(*args)
+            Row.alive += 1
+
+        def __del__(self):
+            Row.alive -= 1
+
+    most = 0
+
+    def rows():
+        nonlocal most
+        for i in range(10_000):
+            most = max(most, Row.alive)
+            yield Row({"i": i, "square": i * i})
+
+    columns, spool = tidy(rows())
+    assert most <= 1 and len(spool) == 10_000 and list(spool)[-1] == [9_999, 9_999**2]
+
+
+def test_streamed_tidy_outputs_are_the_whole_documents():
+    # JSON, CSV and Markdown written a chunk at a time are what the whole-document writers give
+    from tfcalc import render
+    from tfcalc.sweep import fill, tidy
+    rows = [{"model": "a", "n": 1, "x": 2**70}, {"model": "b|c", "n": 2, "y": None, "z": 0.25}]
+    columns, spool = tidy(rows)
+    assert "".join(render.tidy_json(columns, spool)) == render.to_json(fill(rows))
+    assert "".join(render.tidy_json(columns, [])) == render.to_json([])
+    assert "".join(render.tidy_csv(columns, spool)) == render.to_csv(columns, list(spool))
+    cells = [["" if v is None else str(v) for v in row] for row in spool]
+    assert "\n".join(render.tidy_markdown(columns, spool)) == render.to_markdown(
+        render.Table("Sweep", columns, cells, right={1, 2}))

@@ -486,15 +486,26 @@ def _sweep_header(pairs: list, workload=None) -> list[str]:
 
 
 def _emit_tidy(rows, fmt: Format) -> None:
-    """A sweep's tidy table: one row per point, every exact integer a column."""
-    from .sweep import fill, tidy
+    """A sweep's tidy table: one row per point, every exact integer a column. The rows go to disk as they are
+    counted (sweep.Spool) and are written out in chunks: a sweep of 100,000 points holds one in memory."""
+    from .sweep import tidy
 
+    columns, spool = tidy(rows)
     if fmt is Format.json:
-        typer.echo(render.to_json(fill(rows)))
+        chunks, end = render.tidy_json(columns, spool), "\n"
     elif fmt is Format.csv:
-        typer.echo(render.to_csv(*tidy(rows)), nl=False)
+        chunks, end = render.tidy_csv(columns, spool), ""
     else:
-        typer.echo(render.tidy_markdown(*tidy(rows)))
+        chunks, end = (line + "\n" for line in render.tidy_markdown(columns, spool)), ""
+    pending: list[str] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size > 1 << 16:
+            typer.echo("".join(pending), nl=False)
+            pending, size = [], 0
+    typer.echo("".join(pending) + end, nl=False)
 
 
 def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
@@ -977,10 +988,12 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))
         return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name, inference_tp or 1)
 
-    pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt
+    pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept
+    if not (sweeping and fmt is not Format.table and path is None):
+        pairs = list(pairs)
     if sweeping and fmt is not Format.table:
-        _emit_tidy([plan_row(p, m.to_dict()) for p, m in pairs], fmt)
+        _emit_tidy((plan_row(p, m.to_dict()) for p, m in pairs), fmt)
     elif sweeping:
         header = _sweep_header(pairs, pairs[0][1].workload)
         _print_tables([render.memory_sweep_table(pairs, list(axes))], fmt, header)
@@ -1056,16 +1069,17 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         return inference_plan(s, card, _default_prompt(s) if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
                               (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus)
 
-    pairs = [(p, plan(p)) for p in points]
     fmt = Format.json if as_json else fmt
+    pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept
+    if not (sweeping and fmt is not Format.table and path is None):
+        pairs = list(pairs)
     if sweeping and fmt is not Format.table:
-        rows = []
-        for p, result in pairs:
+        def row(p, result) -> dict:
             data = {k: v for k, v in result.to_dict().items() if k not in ("prefill", "decode")}
             for phase in ("prefill", "decode"):
                 data[phase] = {k: v for k, v in getattr(result, phase).to_dict().items() if k != "ops"}
-            rows.append(plan_row(p, data))
-        _emit_tidy(rows, fmt)
+            return plan_row(p, data)
+        _emit_tidy((row(p, result) for p, result in pairs), fmt)
     elif sweeping:
         header = _sweep_header(pairs)
         _print_tables([render.infer_sweep_table(pairs, list(axes))], fmt, header)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
+from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
 from .counts import CountResult
@@ -1139,9 +1141,37 @@ def infer_sweep_table(pairs, axes: list[str]) -> Table:
                  right=set(range(lead - len(axes), n)) - {n - 1, n - 4}, label_columns=max(1, lead))
 
 
-def tidy_markdown(columns: list[str], rows: list[list[Any]]) -> str:
-    """A tidy table in Markdown: one row per point, every figure as in the CSV (exact integers, no separators)."""
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
-    return to_markdown(Table("Sweep", columns, cells, right={j for j, c in enumerate(columns)
-                                                              if rows and isinstance(rows[0][j], (int, float))
-                                                              and not isinstance(rows[0][j], bool)}))
+def tidy_markdown(columns: list[str], rows: Iterable[list[Any]]) -> Iterator[str]:
+    """A tidy table in Markdown, a line at a time: one row per point, every figure as in the CSV (exact integers,
+    no separators); a column of numbers (as the first row has it) right-aligned."""
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    rows = iter(rows)
+    first = next(rows, None)
+    right = {j for j, c in enumerate(columns) if first is not None and isinstance(first[j], (int, float))
+             and not isinstance(first[j], bool)}
+    yield from ("**Sweep**", "", line(columns), "| " + " | ".join("---:" if j in right else "---"
+                                                                     for j in range(len(columns))) + " |")
+    for row in () if first is None else itertools.chain([first], rows):
+        yield line(["" if v is None else str(v) for v in row])
+
+
+def tidy_csv(columns: list[str], rows: Iterable[list[Any]]) -> Iterator[str]:
+    """The tidy CSV, a line at a time: the header, then one row per point."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for row in itertools.chain([columns], rows):
+        writer.writerow(row)
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+
+
+def tidy_json(columns: list[str], rows: Iterable[list[Any]]) -> Iterator[str]:
+    """The tidy JSON, a record at a time: exactly what to_json gives for the list of records."""
+    first = True
+    for row in rows:
+        yield ("[\n  " if first else ",\n  ") + json.dumps(dict(zip(columns, row)), indent=2).replace("\n", "\n  ")
+        first = False
+    yield "[]" if first else "\n]"

@@ -23,7 +23,9 @@ Conventions, stated once:
 from __future__ import annotations
 
 import itertools
+import marshal
 import re
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from math import prod
@@ -256,28 +258,48 @@ def plan_row(point: Point, data: dict) -> dict[str, Any]:
     return row
 
 
-def tidy(rows: Iterable[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """(columns, rows): the union of the rows' keys in first-seen order; a figure a row lacks is None. Rows may
-    come one at a time (a long sweep keeps each as a list of values, not a dict)."""
-    layouts: dict[tuple[str, ...], tuple[str, ...]] = {}
-    stored = []
-    for row in rows:
-        keys = tuple(row)
-        stored.append((layouts.setdefault(keys, keys), list(row.values())))
-    columns = list(dict.fromkeys(k for keys in layouts for k in keys))
-    if len(layouts) <= 1:
-        return columns, [values for _, values in stored]
-    index = {c: i for i, c in enumerate(columns)}
-    out = []
-    for keys, values in stored:
-        full: list[Any] = [None] * len(columns)
-        for k, v in zip(keys, values):
-            full[index[k]] = v
-        out.append(full)
-    return columns, out
+class Spool:
+    """Tidy rows kept on disk as they come, so that a sweep of 100,000 points holds one row in memory at a time;
+    iterated (as often as wanted), every row with every column, None where a row lacks a figure. Values are what
+    JSON carries (exact integers of any size, floats, text, None), written with `marshal`, which keeps each as it
+    is."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]]):
+        self._file = tempfile.TemporaryFile()
+        self._layouts: dict[tuple[str, ...], int] = {}
+        self.n = 0
+        for row in rows:
+            keys = tuple(row)
+            marshal.dump((self._layouts.setdefault(keys, len(self._layouts)), list(row.values())), self._file)
+            self.n += 1
+        self.columns = list(dict.fromkeys(k for keys in self._layouts for k in keys))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        index = {c: j for j, c in enumerate(self.columns)}
+        places = [[index[k] for k in keys] for keys in self._layouts]  # a layout's id is its place in the dict
+        self._file.seek(0)
+        for _ in range(self.n):
+            layout, values = marshal.load(self._file)
+            if len(places) == 1:
+                yield values
+                continue
+            full: list[Any] = [None] * len(self.columns)
+            for j, v in zip(places[layout], values):
+                full[j] = v
+            yield full
 
 
-def fill(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tidy(rows: Iterable[dict[str, Any]]) -> tuple[list[str], Spool]:
+    """(columns, rows): the union of the rows' keys in first-seen order, and the rows (a Spool: on disk, read back
+    one at a time) with a value per column, None where a row lacks it."""
+    spool = Spool(rows)
+    return spool.columns, spool
+
+
+def fill(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with every column (None where a row lacks it): a JSON list of records with one set of keys."""
     columns, values = tidy(rows)
     return [dict(zip(columns, v)) for v in values]
