@@ -880,6 +880,40 @@ def _profile_with_progress(spec, device, dtype, mode, warmup, repeat, compile_, 
                        on_step=lambda kind: progress.advance(task))
 
 
+_SERVE = "Serving capacity (--serve: vLLM's arithmetic)"
+
+
+def _serve_opt(flag: str, text: str, **kw):
+    return typer.Option(flag, rich_help_panel=_SERVE, show_default=False, help=text, **kw)
+
+
+class _TypedFraction(Fraction):
+    """An exact number that remembers how it was typed."""
+
+    typed: str
+
+
+def _fraction_text(text: str) -> Fraction:
+    """A decimal number as typed ('0.9', '1.79', '5e-1'), kept exact; the range is the command's to check."""
+    from decimal import Decimal, InvalidOperation
+
+    if len(text) > 100:
+        raise typer.BadParameter(f"{text[:12]}... ({len(text)} characters): expected a number")
+    try:
+        value = Decimal(text.strip().replace("_", ""))
+    except InvalidOperation:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    if not value.is_finite() or abs(value.adjusted()) > 30:
+        raise typer.BadParameter(f"{text!r}: expected a finite number of reasonable size")
+    fraction = _TypedFraction(value)
+    fraction.typed = text  # echoed in messages as the user typed it
+    return fraction
+
+
+def _typed(value: Fraction) -> str:
+    return getattr(value, "typed", str(value))
+
+
 # the planning commands' dtypes (tfcalc.plan.memory)
 WeightsDtypeOpt = Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, or weight-only fp8, int8, "
                                                              "int4.")]
@@ -924,6 +958,27 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                                                           parser=_one, metavar="N")] = None,
                cp: Annotated[Optional[int], _training_opt("--cp", "Context-parallel GPUs (default 1).",
                                                           parser=_one, metavar="N")] = None,
+               serve: Annotated[Optional[bool], _serve_opt("--serve", (
+                   "With --gpu: the KV cache a serving engine (vLLM) allocates beside the weights, in blocks, and "
+                   "how many sequences of --context tokens fit at once (docs/serving.md)."))] = None,
+               gpu_memory_utilization: Annotated[Optional[Fraction], _serve_opt(
+                   "--gpu-memory-utilization", "With --serve: the fraction of the GPU's memory vLLM may use, in "
+                   "(0, 1] (default 0.9).", parser=_fraction_text, metavar="F")] = None,
+               block_size: Annotated[Optional[int], _serve_opt("--block-size", (
+                   "With --serve: tokens per KV cache block (default 16)."), parser=_one, metavar="N")] = None,
+               max_num_batched_tokens: Annotated[Optional[int], _serve_opt("--max-num-batched-tokens", (
+                   "With --serve: tokens of vLLM's profiling pass (default: vllm serve's, 8192 on a GPU of 70 GiB "
+                   "or more that is not an A100, else 2048)."), parser=_one, metavar="N")] = None,
+               max_num_seqs: Annotated[Optional[int], _serve_opt("--max-num-seqs", (
+                   "With --serve: requests of the profiling pass, rows of its logits (default: vllm serve's, 1024 "
+                   "or 256 as above)."), parser=_one, metavar="N")] = None,
+               non_torch_gib: Annotated[Optional[Fraction], _serve_opt("--non-torch-gib", (
+                   "With --serve: memory outside PyTorch (CUDA context, NCCL), GiB (default: an assumed 1.79, "
+                   "3.58 with --tp > 1: what vLLM logged for Llama-3-8B on an H100)."), parser=_fraction_text,
+                   metavar="GIB")] = None,
+               activation_gib: Annotated[Optional[Fraction], _serve_opt("--activation-gib", (
+                   "With --serve: the profiling pass's activation peak, GiB, as vLLM logs it (default: "
+                   "tfcalc's estimate)."), parser=_fraction_text, metavar="GIB")] = None,
                plot: PlotOpt = None,
                fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Memory per GPU. Training (--phase train or any training flag): weights, gradients, optimizer states,
@@ -932,6 +987,16 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     from .sweep import order, plan_row
 
     _single(dtype=dtype, kv_dtype=kv_dtype, gpu=gpu, precision=precision, optimizer=optimizer, recompute=recompute)
+    engine = {"--gpu-memory-utilization": gpu_memory_utilization, "--block-size": block_size,
+              "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs,
+              "--non-torch-gib": non_torch_gib, "--activation-gib": activation_gib}
+    if serve or any(v is not None for v in engine.values()):
+        training = {"--precision": precision, "--optimizer": optimizer, "--recompute": recompute, "--dp": dp,
+                    "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep, "--cp": cp, "--plot": plot,
+                    "--phase": phase if phase is not Phase.decode else None, "--src-len": src_len,
+                    "--tgt-len": tgt_len}
+        return _serve_capacity(overrides, axes, preset, spec, hf_config, context, dtype, kv_dtype, gpu, tp,
+                               bool(serve), engine, training, fmt, as_json)
     single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
     context, src_len, tgt_len = single["context"], single["src_len"], single["tgt_len"]
     axes = order(axes)
@@ -1013,6 +1078,55 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         from .plot import memory_breakdown
 
         _plot_save(memory_breakdown(pairs, axis), path)
+
+
+def _serve_capacity(overrides, axes, preset, spec, hf_config, context, dtype, kv_dtype, gpu, tp, serve: bool,
+                    engine: dict, others: dict, fmt: Format, as_json: bool) -> None:
+    """memory --serve: vLLM's KV cache arithmetic for one model on one GPU (tfcalc.plan.serve)."""
+    from .plan.serve import serving_capacity
+
+    given = [flag for flag, value in engine.items() if value is not None]
+    if not serve:
+        raise TfcalcError(f"{given[0]}: a serving-engine flag; it needs --serve (and --gpu)")
+    if gpu is None:
+        raise TfcalcError("--serve: needs --gpu NAME (h100, a100-80gb, ...): the card whose memory is divided")
+    for flag, value in others.items():
+        if value is not None:
+            raise TfcalcError(f"{flag}: not planned with --serve (serving capacity is a decoder's inference plan)")
+    if axes or isinstance(context, _Sweep) or len(_presets(preset)) > 1:
+        raise TfcalcError("--serve: one model and one --context (a list or range is not planned with --serve)")
+    utilization = engine["--gpu-memory-utilization"]
+    if utilization is not None and not 0 < utilization <= 1:
+        raise TfcalcError(f"--gpu-memory-utilization {_typed(utilization)}: expected a fraction in (0, 1] "
+                          "(0.9 for 90%)")
+    for flag in ("--block-size", "--max-num-batched-tokens", "--max-num-seqs"):
+        if engine[flag] is not None and engine[flag] < 1:
+            raise TfcalcError(f"{flag} {engine[flag]}: expected a positive integer")
+    if context is not None and context < 1:
+        raise TfcalcError(f"--context {context}: expected a positive number of tokens")
+    if tp is not None and tp < 1:
+        raise TfcalcError(f"--tp {tp}: expected a positive integer")
+    gib = {}
+    for flag in ("--non-torch-gib", "--activation-gib"):
+        value = engine[flag]
+        if value is not None and value < 0:
+            raise TfcalcError(f"{flag} {_typed(value)}: expected a non-negative number of GiB")
+        gib[flag] = None if value is None else int(value * 2**30)
+    (point,) = _sweep_points(_presets(preset), spec, hf_config, overrides, {})
+    kwargs = {"gpu_memory_utilization": utilization} if utilization is not None else {}
+    c = serving_capacity(point.spec, gpu, context, dtype or "bf16", kv_dtype, tp or 1,
+                         block_size=engine["--block-size"] or 16,
+                         max_num_batched_tokens=engine["--max-num-batched-tokens"],
+                         max_num_seqs=engine["--max-num-seqs"], non_torch_bytes=gib["--non-torch-gib"],
+                         activation_bytes=gib["--activation-gib"], **kwargs)
+    fmt = Format.json if as_json else fmt
+    if fmt is Format.json:
+        typer.echo(render.to_json({"spec": point.spec.model_dump(), **c.to_dict()}))
+    elif fmt is Format.csv:
+        typer.echo(render.to_csv(["figure", "value"], render.flatten(c.to_dict())), nl=False)
+    else:
+        header = [f"{point.spec.label}: {render.describe(point.spec, workload=False)}", f"source: {point.source}"]
+        _print_tables([render.serve_table(c)], fmt, header)
 
 
 def _default_prompt(spec: ModelSpec) -> int:

@@ -1175,3 +1175,84 @@ def tidy_json(columns: list[str], rows: Iterable[list[Any]]) -> Iterator[str]:
         yield ("[\n  " if first else ",\n  ") + json.dumps(dict(zip(columns, row)), indent=2).replace("\n", "\n  ")
         first = False
     yield "[]" if first else "\n]"
+
+
+# ---- serving: capacity (plan.serve) and a request's life (plan.request) ------------------------------------------
+
+def serve_table(c) -> Table:
+    """A plan.serve.ServingCapacity: vLLM's KV cache arithmetic, one term a row, each with its source."""
+    def row(name, how, value, source):
+        return [name, how, exact(value), binary_bytes(value) if value >= 0 else "-" + binary_bytes(-value), source]
+
+    util = c.gpu_memory_utilization
+    util_text = f"{util.numerator}/{util.denominator}" if util.denominator > 10**6 else f"{float(util):g}"
+    rows = [row(f"GPU: {c.gpu.name}", "datasheet memory", c.card_bytes, "tfcalc gpus"),
+            row("budget", f"x gpu_memory_utilization {util_text}", c.budget_bytes,
+                "Worker.determine_available_memory"),
+            row("- weights", c.dtype + (f", 1/{c.tp} share" if c.tp > 1 else ""), c.weights_bytes,
+                "tfcalc memory"),
+            row("- activation peak", ("estimate: " if c.activation_estimated else "given: ")
+                + f"{c.max_num_batched_tokens:,} tokens, {min(c.max_num_seqs, c.max_num_batched_tokens):,} requests",
+                c.activation_bytes, "GPUModelRunner.profile_run"),
+            row("- non-torch memory", "assumed (vLLM log)" if c.non_torch_assumed else "given",
+                c.non_torch_bytes, "determine_available_memory"),
+            row("= available for KV cache", "", c.available_bytes, "determine_available_memory"),
+            row("KV cache per token", f"{c.kv_dtype}, every cached layer", c.kv_bytes_per_token, "tfcalc memory"),
+            row("block", f"{c.block_size} tokens", c.block_bytes, "CacheConfig.block_size")]
+    rows.append(["GPU blocks", "available // block", exact(c.num_blocks), "", "kv_cache_utils.get_num_blocks"])
+    rows.append(["KV cache tokens", "blocks x block_size", exact(c.kv_tokens), "", "GPU KV cache size"])
+    if c.state_bytes_per_sequence:
+        rows.append(row("recurrent state per sequence", "counted per sequence", c.state_bytes_per_sequence,
+                        "tfcalc memory"))
+    if c.bytes_per_sequence:
+        rows.append([f"sequences of {c.context:,} tokens", f"{c.blocks_per_sequence:,} blocks each"
+                     + (" + state" if c.state_bytes_per_sequence else ""), exact(c.max_sequences), "",
+                     "get_max_concurrency_for_kv_cache_config"])
+    if c.longest_context is not None:
+        bound = ("the model's position table" if c.model_max_context is not None
+                 and c.model_max_context <= (c.longest_context_by_memory or 0) else "memory")
+        rows.append(["longest context, one sequence", f"bounded by {bound}", exact(c.longest_context), "",
+                     "estimate_max_model_len"])
+    caption = ("vLLM's arithmetic (docs/serving.md cites each function). The card's bytes are the datasheet's: the "
+               "driver reports a little less. The activation peak is an estimate (--activation-gib overrides it), "
+               "non-torch memory an assumed figure (--non-torch-gib). Sliding-window layers are paged as full ones.")
+    if c.state_bytes_per_sequence:
+        caption += (" Recurrent state is counted per sequence beside the blocks (vLLM pages it with its hybrid "
+                    "allocator: not reproduced).")
+    if c.available_bytes < 0:
+        caption += " Nothing is left for the KV cache: the weights and the engine's own memory do not fit."
+    title = f"Serving capacity (vLLM) on {c.gpu.name}" + (f", per GPU of {c.tp} (tensor parallel)" if c.tp > 1
+                                                          else "")
+    return Table(title, ["", "how", "bytes", "readable", "source"], rows, caption, right={2, 3},
+                 optional=[4, 3], aside=4, label_columns=1)
+
+
+def request_table(life) -> Table:
+    """A plan.request.RequestLife: time to first token, the decode steps summed, end to end, tokens/s."""
+    kind = "roofline bound" if life.bound else f"estimate at {float(life.efficiency):g} of the roofline"
+    d = life.decode
+
+    def s(x: float) -> str:
+        return f"{x * 1e3:,.3f} ms" if x < 1 else f"{x:,.3f} s"
+
+    rows = [["time to first token", f"prefill {life.batch_size} x {life.prompt:,} tokens", s(life.ttft_s),
+             sci(life.prefill.flops), binary_bytes(life.prefill.bytes)]]
+    if life.batch_size > 1:
+        rows.append(["  one request alone", f"prefill 1 x {life.prompt:,} tokens", s(life.ttft_one_s),
+                     sci(life.prefill_one.flops), binary_bytes(life.prefill_one.bytes)])
+    rows.append(["decode", f"{d.steps:,} steps" + (f", {d.contexts[0]:,}..{d.contexts[1]:,} cached"
+                                                     if d.steps else ""),
+                 s(d.seconds), sci(d.flops) if d.flops else "0", binary_bytes(d.bytes)])
+    rows.append(["end to end", f"{life.output_tokens:,} output tokens", s(life.end_to_end_s), "", ""])
+    rows.append(["tokens/s, one request", "output tokens / end to end", f"{life.tokens_per_s:,.1f}", "", ""])
+    rows.append(["tokens/s, the batch", f"{life.batch_size} requests", f"{life.batch_tokens_per_s:,.1f}", "", ""])
+    if d.steps:
+        rows.append(["decode tokens/s, one request", "steps / decode time", f"{life.decode_tokens_per_s:,.1f}",
+                     "", ""])
+    caption = (f"Every time is a {kind}: each op at max(FLOPs / peak, bytes / bandwidth)"
+               + ("" if life.bound else f" / {float(life.efficiency):g} (an assumed efficiency)")
+               + ". Token 1 comes from the prefill; each further token is one decode step at its own context, "
+                 "summed exactly. The batch runs in lockstep (docs/planning.md).")
+    where = f"{life.gpu.name}" + (f", per GPU of {life.tp}" if life.tp > 1 else "")
+    return Table(f"A request's life ({kind}) on {where}", ["", "what", "time", "FLOPs", "bytes moved"], rows,
+                 caption, right={2, 3, 4}, optional=[4, 3], label_columns=1)
