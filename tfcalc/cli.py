@@ -1152,6 +1152,14 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
                                                           help=(
                   "Tensor-parallel GPUs (Megatron's split, as vLLM serves; default 1): every figure is one GPU's, "
                   "with the all-reduces and the logits' all-gather over its GPU-to-GPU link." + _SWEEPS))] = None,
+              output_tokens: Annotated[Optional[int], typer.Option("--output-tokens", parser=_one, metavar="T",
+                                                                   show_default=False, help=(
+                  "A request's life: T output tokens (the first from the prefill, then T - 1 decode steps, each at "
+                  "its own context, summed exactly): time to first token, end to end, tokens/s."))] = None,
+              efficiency: Annotated[Optional[Fraction], typer.Option("--efficiency", parser=_fraction_text,
+                                                                     metavar="F", show_default=False, help=(
+                  "With --output-tokens: the fraction of the peak FLOP/s, bandwidth and link every op reaches, in "
+                  "(0, 1] (default 1: the roofline bound); an assumption, labelled as one."))] = None,
               plot: PlotOpt = None,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Prefill and decode on a roofline: time to first token, decode tokens/s, what each op is bound by. Lists or
@@ -1170,6 +1178,15 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         raise TfcalcError("give --gpu NAME (h100-sxm, a100-80gb, ...): the roofline needs its peak and bandwidth")
     card = lookup(gpu)
     sweeping = bool(axes) or len(presets) > 1
+    if efficiency is not None and output_tokens is None:
+        raise TfcalcError(f"--efficiency {_typed(efficiency)}: it scales a request's life; give --output-tokens T")
+    if efficiency is not None and not 0 < efficiency <= 1:
+        raise TfcalcError(f"--efficiency {_typed(efficiency)}: expected a fraction in (0, 1] (0.5 for half the "
+                          "roofline's rates)")
+    if output_tokens is not None and output_tokens < 1:
+        raise TfcalcError(f"--output-tokens {output_tokens}: expected a positive number of tokens")
+    if output_tokens is not None and (sweeping or plot is not None):
+        raise TfcalcError("--output-tokens: one model at one point (a list, a range or --plot is not planned with it)")
     if plot is not None and (len(axes) > 1 or (axes and len(presets) > 1)):
         _single_axis(axes, len(presets), "the roofline")
     path = _plot_start(plot)
@@ -1187,6 +1204,15 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept
     if not (sweeping and fmt is not Format.table and path is None):
         pairs = list(pairs)
+    life = None
+    if output_tokens is not None:
+        from .plan.request import request_life
+
+        ((point, result),) = pairs
+        s, src = point.spec, src_len
+        life = request_life(s, card, result.prefill.workload.seq_len, output_tokens, s.batch_size, dtype, kv_dtype,
+                            1 if tp is None else tp, (src or s.seq_len) if s.is_encoder_decoder else src,
+                            1 if efficiency is None else efficiency)
     if sweeping and fmt is not Format.table:
         def row(p, result) -> dict:
             data = {k: v for k, v in result.to_dict().items() if k not in ("prefill", "decode")}
@@ -1200,14 +1226,16 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     else:
         ((point, result),) = pairs
         model_spec, source = point.spec, point.source
+        request = {} if life is None else {"request": life.to_dict()}
         if fmt is Format.json:
-            typer.echo(render.to_json({"spec": model_spec.model_dump(), **result.to_dict()}))
+            typer.echo(render.to_json({"spec": model_spec.model_dump(), **result.to_dict(), **request}))
         elif fmt is Format.csv:
             data = {k: v for k, v in result.to_dict().items() if k not in ("prefill", "decode")}
-            typer.echo(render.to_csv(["figure", "value"], render.flatten(data)), nl=False)
+            typer.echo(render.to_csv(["figure", "value"], render.flatten({**data, **request})), nl=False)
         else:
             header = [f"{model_spec.label}: {render.describe(model_spec, workload=False)}", f"source: {source}"]
-            _print_tables(render.infer_tables(result), fmt, header)
+            _print_tables(render.infer_tables(result) + ([] if life is None else [render.request_table(life)]),
+                          fmt, header)
     if path is not None:
         from .plot import roofline
 

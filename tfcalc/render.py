@@ -1245,11 +1245,11 @@ def request_table(life) -> Table:
                  s(d.seconds), sci(d.flops) if d.flops else "0", binary_bytes(d.bytes)])
     rows.append(["end to end", f"{life.output_tokens:,} output tokens", s(life.end_to_end_s), "", ""])
     rows.append(["tokens/s, one request", "output tokens / end to end", f"{life.tokens_per_s:,.1f}", "", ""])
-    rows.append(["tokens/s, the batch", f"{life.batch_size} requests", f"{life.batch_tokens_per_s:,.1f}", "", ""])
+    rows.append(["tokens/s, the batch", f"{life.batch_size} request{'s' if life.batch_size > 1 else ''}", f"{life.batch_tokens_per_s:,.1f}", "", ""])
     if d.steps:
         rows.append(["decode tokens/s, one request", "steps / decode time", f"{life.decode_tokens_per_s:,.1f}",
                      "", ""])
-    caption = (f"Every time is a {kind}: each op at max(FLOPs / peak, bytes / bandwidth)"
+    caption = (f"Every time is {'a' if life.bound else 'an'} {kind}: each op at max(FLOPs / peak, bytes / bandwidth)"
                + ("" if life.bound else f" / {float(life.efficiency):g} (an assumed efficiency)")
                + ". Token 1 comes from the prefill; each further token is one decode step at its own context, "
                  "summed exactly. The batch runs in lockstep (docs/planning.md).")
