@@ -25,6 +25,8 @@ _EXPORTS = {
     "find_preset": ".presets",
     "list_presets": ".presets",
     "TfcalcError": ".errors",
+    "serving_capacity": ".plan.serve",
+    "request_life": ".plan.request",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

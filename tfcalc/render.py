@@ -1252,7 +1252,7 @@ def request_table(life) -> Table:
     caption = (f"Every time is {'a' if life.bound else 'an'} {kind}: each op at max(FLOPs / peak, bytes / bandwidth)"
                + ("" if life.bound else f" / {float(life.efficiency):g} (an assumed efficiency)")
                + ". Token 1 comes from the prefill; each further token is one decode step at its own context, "
-                 "summed exactly. The batch runs in lockstep (docs/planning.md).")
+                 "summed exactly. The batch runs in lockstep (docs/serving.md).")
     where = f"{life.gpu.name}" + (f", per GPU of {life.tp}" if life.tp > 1 else "")
     return Table(f"A request's life ({kind}) on {where}", ["", "what", "time", "FLOPs", "bytes moved"], rows,
                  caption, right={2, 3, 4}, optional=[4, 3], label_columns=1)
