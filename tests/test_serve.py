@@ -167,6 +167,15 @@ def test_a_request_life(llama3):
     assert one.decode.steps == 0 and one.end_to_end_s == one.ttft_s and one.decode_tokens_per_s is None
 
 
+def test_a_learned_position_table_bounds_the_output_tokens():
+    gpt2 = load_preset("gpt2")
+    assert request_life(gpt2, H100, prompt=1000, output_tokens=25).decode.contexts == (1000, 1023)  # 1,024 keys
+    with pytest.raises(TfcalcError, match="output_tokens=26: .* need 1,025 positions"):
+        request_life(gpt2, H100, prompt=1000, output_tokens=26)
+    r = runner.invoke(app, ["infer", "-p", "gpt2", "--gpu", "h100", "--context", "1000", "--output-tokens", "26"])
+    assert r.exit_code == 2 and r.output.strip().startswith("tfcalc: error: --output-tokens 26:"), r.output
+
+
 @pytest.mark.parametrize("kwargs, field", [({"output_tokens": 0}, "output_tokens=0"),
                                            ({"efficiency": 0}, "efficiency=0"),
                                            ({"efficiency": 1.5}, "efficiency=1.5")])
@@ -183,7 +192,7 @@ def test_memory_serve_json_carries_exact_integers():
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["block_bytes"] == 2_097_152 and data["num_blocks"] == 27_750 and data["kv_tokens"] == 444_000
-    assert data["max_sequences"] == 54 and data["gpu_memory_utilization"] == "9/10"
+    assert data["max_sequences"] == 54 and data["gpu_memory_utilization"] == 0.9
 
 
 def test_memory_serve_table_shows_each_term():
@@ -206,6 +215,8 @@ def test_memory_serve_table_shows_each_term():
     (["memory", "--gpu", "h100", "--serve", "--non-torch-gib", "-1"], "--non-torch-gib -1:"),
     (["memory", "--gpu", "h100", "--serve", "--optimizer", "sgd"], "--optimizer: not planned with --serve"),
     (["memory", "--gpu", "h100", "--serve", "--context", "1k,2k"], "--serve: one model and one --context"),
+    (["memory", "--gpu", "h100", "--serve", "--batch-size", "8"], "--batch-size: not planned with --serve"),
+    (["memory", "--gpu", "h100", "--serve", "--phase", "decode"], "--phase: not planned with --serve"),
     (["infer", "--gpu", "h100", "--output-tokens", "0"], "--output-tokens 0:"),
     (["infer", "--gpu", "h100", "--output-tokens", "8", "--efficiency", "0"], "--efficiency 0:"),
     (["infer", "--gpu", "h100", "--output-tokens", "8", "--efficiency", "1.5"], "--efficiency 1.5:"),

@@ -993,8 +993,8 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     if serve or any(v is not None for v in engine.values()):
         training = {"--precision": precision, "--optimizer": optimizer, "--recompute": recompute, "--dp": dp,
                     "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep, "--cp": cp, "--plot": plot,
-                    "--phase": phase if phase is not Phase.decode else None, "--src-len": src_len,
-                    "--tgt-len": tgt_len}
+                    "--phase": phase, "--src-len": src_len, "--tgt-len": tgt_len,
+                    "--batch-size": overrides.get("batch_size")}
         return _serve_capacity(overrides, axes, preset, spec, hf_config, context, dtype, kv_dtype, gpu, tp,
                                bool(serve), engine, training, fmt, as_json)
     single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
@@ -1210,6 +1210,11 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
 
         ((point, result),) = pairs
         s, src = point.spec, src_len
+        prompt = result.prefill.workload.seq_len
+        if s.positions == "learned" and s.max_positions is not None and prompt + output_tokens - 1 > s.max_positions:
+            raise TfcalcError(f"--output-tokens {output_tokens}: a prompt of {prompt:,} tokens and "
+                              f"{output_tokens - 1:,} decode steps need {prompt + output_tokens - 1:,} positions; "
+                              f"{s.label}'s learned position table has {s.max_positions:,} (a shorter --context?)")
         life = request_life(s, card, result.prefill.workload.seq_len, output_tokens, s.batch_size, dtype, kv_dtype,
                             1 if tp is None else tp, (src or s.seq_len) if s.is_encoder_decoder else src,
                             1 if efficiency is None else efficiency)

@@ -120,7 +120,7 @@ class RequestLife:
         return self.decode.steps / self.decode.seconds if self.decode.steps else None
 
     def to_dict(self) -> dict:
-        return {"roofline_bound": self.bound, "efficiency": str(self.efficiency), "batch_size": self.batch_size,
+        return {"roofline_bound": self.bound, "efficiency": float(self.efficiency), "batch_size": self.batch_size,
                 "prompt_tokens": self.prompt, "output_tokens": self.output_tokens,
                 "time_to_first_token_s": self.ttft_s, "time_to_first_token_one_request_s": self.ttft_one_s,
                 "prefill_flops": self.prefill.flops, "prefill_bytes": self.prefill.bytes,
@@ -230,6 +230,11 @@ def request_life(spec: ModelSpec, gpu: Gpu | str, prompt: int, output_tokens: in
         raise TfcalcError(f"efficiency={efficiency!r}: expected a fraction in (0, 1]") from None
     if not 0 < eff <= 1:
         raise TfcalcError(f"efficiency={efficiency!r}: expected a fraction in (0, 1]")
+    if spec.positions == "learned" and spec.max_positions is not None and prompt + output_tokens - 1 > \
+            spec.max_positions:
+        raise TfcalcError(f"output_tokens={output_tokens}: a prompt of {prompt:,} tokens and {output_tokens - 1:,} "
+                          f"decode steps need {prompt + output_tokens - 1:,} positions; the learned position table "
+                          f"has {spec.max_positions:,}")
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=prompt, src_len=src_len)
     one = Workload(phase="prefill", batch_size=1, seq_len=prompt, src_len=src_len)

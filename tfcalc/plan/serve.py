@@ -150,7 +150,7 @@ class ServingCapacity:
     def to_dict(self) -> dict:
         return {
             "engine": "vllm", "gpu": self.gpu.name, "tp": self.tp, "dtype": self.dtype, "kv_dtype": self.kv_dtype,
-            "card_bytes": self.card_bytes, "gpu_memory_utilization": str(self.gpu_memory_utilization),
+            "card_bytes": self.card_bytes, "gpu_memory_utilization": float(self.gpu_memory_utilization),
             "budget_bytes": self.budget_bytes, "weights_bytes": self.weights_bytes,
             "activation_bytes": self.activation_bytes, "activation_estimated": self.activation_estimated,
             "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
