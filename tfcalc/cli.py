@@ -395,7 +395,7 @@ def sweep_flags(func):
 
 
 SweepPresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help=(
-    "A preset name (`tfcalc presets`), or a list of them: gpt2,gpt2-medium,gpt2-large."))]
+    "A preset name (`tfcalc presets`), or a list of them (gpt2,gpt2-xl): one row each."))]
 SweepContextOpt = Annotated[Optional[str], typer.Option("--context", parser=_sizes, metavar="INT|LIST",
                                                         rich_help_panel=_WORKLOAD, help=(
     "Tokens per sequence already in the KV cache (decode default: seq_len - 1; prefill: 0)." + _SWEEPS))]
