@@ -1525,4 +1525,21 @@ def main() -> None:
         command = typer.main.get_command(app)
     finally:
         app.registered_commands = registered
+    for sub in getattr(command, "commands", {}).values():
+        for param in sub.params:
+            _absent_needs_no_coercion(param)
     command()
+
+
+def _absent_needs_no_coercion(param) -> None:
+    """typer coerces every option of the command being run through a pydantic TypeAdapter it builds on first use,
+    given or not: for the 80-odd options of `count`, most of them model flags left out, that was a fifth of the
+    command's time. An option left out (None, one value) comes out None whatever its type (typer's
+    RuntimeParam.coerce), so it skips the building; its required check and callback run as before."""
+    if param.multiple or param.nargs == -1 or param.required or param.callback is not None:
+        return
+    process = param.process_value
+
+    def process_value(ctx, value):
+        return None if value is None else process(ctx, value)
+    param.process_value = process_value
