@@ -405,6 +405,28 @@ SweepSrcLenOpt = Annotated[Optional[str], typer.Option("--src-len", parser=_size
 SweepTgtLenOpt = Annotated[Optional[str], typer.Option("--tgt-len", parser=_sizes, metavar="INT|LIST",
                                                        rich_help_panel=_WORKLOAD, help=(
     "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)." + _SWEEPS))]
+QuantOpt = Annotated[Optional[str], typer.Option("--quant", show_default=False, help=(
+    "Weights stored quantized, tensor by tensor with their scales and zeros (tfcalc.plan.quant): nf4 (QLoRA), "
+    "nf4-nodq, fp4, int8 (LLM.int8), int4-g128, int4-g64 (GPTQ), awq-g128, fp8, fp8-block, mxfp4; none: 16-bit. "
+    "Default: a --hf-config's quantization_config."))]
+
+
+def _quant(flag: str | None, hf_config: Path | None, dtype: str | None):
+    """The weights' quantized format: --quant, or the config's quantization_config; refused beside a --dtype
+    that quantizes too."""
+    from .sources import checkpoint_quant
+
+    _single(quant=flag)
+    q = checkpoint_quant(flag, hf_config)
+    if q is not None and dtype in ("fp8", "int8", "int4"):
+        if flag is not None:
+            raise TfcalcError(f"--dtype {dtype}: --quant {flag} stores the linear layers; --dtype is then the other "
+                              "tensors' (fp32, bf16, fp16): give one or the other")
+        raise TfcalcError(f"--dtype {dtype}: the config's quantization_config stores the weights as {q.name}; give "
+                          f"--quant none to count them as --dtype {dtype}")
+    return q
+
+
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png|FILE.svg", help=(
     "Also draw a figure of the result into FILE (.png or .svg; needs matplotlib: pip install 'tfcalc\\[plot]')."))]
 
@@ -529,10 +551,11 @@ def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
 @sweep_flags
 def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
               hf_config: HfOpt = None, phase: PhaseOpt = None, context: SweepContextOpt = None,
-              src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, plot: PlotOpt = None,
-              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+              src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, quant: QuantOpt = None,
+              plot: PlotOpt = None, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Exact parameters and FLOPs of one model on one workload, by component; with lists or ranges (--seq-len
-    1k..32kx2, -p gpt2,gpt2-medium), one row per point."""
+    1k..32kx2, -p gpt2,gpt2-medium), one row per point. With --quant (or a config's quantization_config): the
+    weights' bytes as stored."""
     single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
     context, src_len, tgt_len = single["context"], single["src_len"], single["tgt_len"]
     presets = _presets(preset)
@@ -542,19 +565,34 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
             raise TfcalcError("--plot draws a sweep: give a list or a range (--seq-len 1k..32kx2, --batch-size "
                               "1,8,64) or several presets (-p gpt2,gpt2-medium,gpt2-large)")
         model_spec, source = resolve(preset, spec, overrides, hf_config)
+        q = _quant(quant, hf_config, None)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
                                 overrides.get("seq_len"))
         result = count(model_spec, workload)
+        stored = None
+        if q is not None:
+            from .plan.quant import weight_bytes
+
+            stored = weight_bytes(model_spec, q)
+        data = result.to_dict()
+        if stored is not None:
+            data = {**data, "quant": q.to_dict(), "weights": stored.to_dict()}
         if fmt is Format.json:
-            typer.echo(render.to_json(result.to_dict()))
+            typer.echo(render.to_json(data))
         elif fmt is Format.csv:
-            typer.echo(render.to_csv(["figure", "value"], render.flatten(result.to_dict())), nl=False)
+            typer.echo(render.to_csv(["figure", "value"], render.flatten(data)), nl=False)
         else:
             header = [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}",
                       f"workload: {render.describe_workload(result.workload, result.spec)}",
                       render.crossover_line(result)]
-            _print_tables(render.count_tables(result), fmt, header)
+            tables = render.count_tables(result)
+            if stored is not None:
+                tables.append(render.quant_weights_table(stored, q))
+            _print_tables(tables, fmt, header)
         return
+    if quant is not None:
+        raise TfcalcError(f"--quant {quant}: the weights' bytes are counted for one model at one size; drop the "
+                          "list (or use tfcalc memory, which takes --quant over a sweep)")
     from .sweep import count_points, count_row, order
 
     axes = order(axes)
@@ -929,7 +967,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                tgt_len: SweepTgtLenOpt = None,
                dtype: Annotated[Optional[str], typer.Option("--dtype", show_default=False, help=(
                    "Inference weights: fp32, bf16 (default), fp16, or weight-only fp8, int8, int4."))] = None,
-               kv_dtype: KvDtypeOpt = None,
+               kv_dtype: KvDtypeOpt = None, quant: QuantOpt = None,
                gpu: Annotated[Optional[str], typer.Option("--gpu", help="A GPU by name (h100-sxm, a100-80gb, ...): "
                                                                         "does it fit (inference: how many "
                                                                         "sequences; training: the smallest "
@@ -1011,7 +1049,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
                                             ("recompute", recompute)) if v is not None]
     training_flags += [f"--{k}" for k in layout_flags]
-    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype),
+    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype), ("--quant", quant),
                                       ("--context", context if "context" not in axes else axes["context"]))
                        if v is not None]
     inference_tp = None  # --tp with an inference flag or phase: the weights and KV cache per GPU
@@ -1033,6 +1071,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     axis = _single_axis(axes, len(presets), "memory") if plot is not None else None
     path = _plot_start(plot)
     capacity = name = None
+    q = None if training else _quant(quant, hf_config, dtype)
     if gpu is not None:
         from .plan.gpus import lookup
 
@@ -1051,7 +1090,8 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         from .plan.memory import inference_memory
 
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))
-        return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name, inference_tp or 1)
+        return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name,
+                                inference_tp or 1, q)
 
     fmt = Format.json if as_json else fmt
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept
@@ -1147,7 +1187,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
                   "Prompt tokens per sequence: prefilled, then decoded against (default seq_len)." + _SWEEPS))]
               = None,
               src_len: SweepSrcLenOpt = None,
-              dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+              dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None, quant: QuantOpt = None,
               tp: Annotated[Optional[str], typer.Option("--tp", parser=_sizes, metavar="N|LIST", show_default=False,
                                                           help=(
                   "Tensor-parallel GPUs (Megatron's split, as vLLM serves; default 1): every figure is one GPU's, "
@@ -1177,6 +1217,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     if gpu is None:
         raise TfcalcError("give --gpu NAME (h100-sxm, a100-80gb, ...): the roofline needs its peak and bandwidth")
     card = lookup(gpu)
+    q = _quant(quant, hf_config, dtype)
     sweeping = bool(axes) or len(presets) > 1
     if efficiency is not None and output_tokens is None:
         raise TfcalcError(f"--efficiency {_typed(efficiency)}: it scales a request's life; give --output-tokens T")
@@ -1198,7 +1239,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
             raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
                               "when --context is not given); give one")
         return inference_plan(s, card, _default_prompt(s) if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
-                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus)
+                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q)
 
     fmt = Format.json if as_json else fmt
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept

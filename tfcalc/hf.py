@@ -102,6 +102,11 @@ def read_hf_config(path: str | Path) -> SpecFile:
                           + ("" if model_type is None else f" (tfcalc check --hf-config {path} still gives "
                                                            "transformers' own totals for a type it builds)"))
     notes: list[str] = []
+    quant = raw.get("quantization_config")  # the checkpoint's storage, not its shapes: tfcalc.plan.quant reads it
+    if quant is not None:
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        notes.append(f"quantization_config (quant_method {show(method)}): the weights' bytes as the checkpoint "
+                     "stores them (--quant none: every tensor 16-bit)")
     family = registry.family(model_type)
     if family.nested is not None:
         raw, model_type = _nested(raw, model_type, family.nested, path, notes)
@@ -135,7 +140,7 @@ def read_hf_config(path: str | Path) -> SpecFile:
         lines = [_in_config_names(line, cfg, family.types) for line in validation_lines(e)]
         raise TfcalcError("\n".join(f"{path}: {line}" for line in lines)) from None
     source = f"Hugging Face config {path} (model_type {model_type})" + "".join(f"; {n}" for n in notes)
-    return SpecFile(spec, spec.name, f"{model_type} from config.json", source)
+    return SpecFile(spec, spec.name, f"{model_type} from config.json", source, quant_config=quant)
 
 
 # ModelSpec fields -> the config fields that commonly set them, in the order they are looked for

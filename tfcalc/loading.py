@@ -37,6 +37,7 @@ class SpecFile:
     description: str = ""
     source: str = ""
     aliases: tuple[str, ...] = field(default=())
+    quant_config: Any = None  # a Hugging Face config's quantization_config, as given (tfcalc.plan.quant reads it)
 
 
 def as_path(path: Any, what: str) -> Path:

@@ -327,9 +327,14 @@ def compare_table(results: list[CountResult], labels: list[str], readable: bool)
 def memory_table(m) -> Table:
     """A plan.memory.InferenceMemory: bytes exact, and in binary units (GiB = 2^30 bytes)."""
     w = m.workload
-    rows = [["weights", f"{m.dtype}", exact(m.weights_bytes), binary_bytes(m.weights_bytes)]]
+    quant = getattr(m, "quant", None)
+    weights_dtype = f"{quant.name}, rest {m.dtype}" if quant is not None else f"{m.dtype}"
+    rows = [["weights", weights_dtype, exact(m.weights_bytes), binary_bytes(m.weights_bytes)]]
     for name, value in m.kv_cache.items():
         rows.append([f"KV cache: {name}", m.kv_dtype, exact(value), binary_bytes(value)])
+    scales = getattr(m, "kv_scale_bytes", 0)
+    if scales:
+        rows.append(["KV cache scales", "fp32 k/v per layer", exact(scales), binary_bytes(scales)])
     rows.append(["KV cache per token", f"{m.kv_dtype}, one sequence", exact(m.kv_bytes_per_token),
                  binary_bytes(m.kv_bytes_per_token)])
     state = getattr(m, "state", {})
@@ -360,6 +365,21 @@ def memory_table(m) -> Table:
     title = "Inference memory" + (f", per GPU (tensor parallel over {tp})" if tp > 1 else "")
     return Table(title, ["", "dtype", "bytes", "readable"], rows, caption, right={2, 3},
                  optional=[3], label_columns=1)
+
+
+def quant_weights_table(w, quant, dtype: str = "bf16") -> Table:
+    """A plan.quant.WeightBytes: each component's parameters and bytes under `quant`, and bits per weight."""
+    rows = []
+    for name, (params, size) in w.components.items():
+        q = w.quantized.get(name)
+        how = f"{quant.name} ({8 * q[1] / q[0]:.3f} bits)" if q else dtype
+        rows.append([name, how, exact(params), exact(size), binary_bytes(size)])
+    rows.append(["total", "", exact(sum(p for p, _ in w.components.values())), exact(w.total), binary_bytes(w.total)])
+    caption = (f"Weights as stored: {quant.format.description}; source: {quant.source}. Bits per weight of a quantized "
+               "component: all its tensors (values, scales, zeros, code books) over its matrices' weights; its "
+               f"biases and everything else {dtype}. Exact integers: --format json or csv (docs/planning.md).")
+    return Table("Weights, quantized", ["component", "stored as", "params", "bytes", "readable"], rows, caption,
+                 right={2, 3, 4}, optional=[4], label_columns=1)
 
 
 def training_memory_table(m) -> Table:

@@ -58,6 +58,27 @@ def resolve(model: str | None, spec_file: Path | None, overrides: dict[str, Any]
     return apply_overrides(base.spec, overrides), base.source
 
 
+def checkpoint_quant(flag: str | None, hf_config: Path | None = None, base=None):
+    """The weights' quantized format (tfcalc.plan.quant.Quant), or None: `--quant NAME` when given (`none`: none),
+    else a Hugging Face config's quantization_config (refused by name when its method is not modelled). `base`:
+    the SpecFile already read, if any."""
+    from .plan.quant import from_config, named
+
+    if flag is not None:
+        return named(flag)
+    if hf_config is None:
+        return None
+    if base is None:
+        from .hf import read_hf_config
+
+        base = read_hf_config(hf_config)
+    if base.quant_config is None:
+        return None
+    from .hf import find_config
+
+    return from_config(base.quant_config, str(find_config(hf_config)))
+
+
 def _from_flags(overrides: dict[str, Any]) -> ModelSpec:
     lines = []
     if overrides.get("positions", "learned") == "learned" and "max_positions" not in overrides:

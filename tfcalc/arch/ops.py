@@ -113,6 +113,13 @@ class Record:
         tensor-parallel GPUs."""
         return self._missing("matrix_params")
 
+    def matrices(self, tp: int = 1) -> list[tuple[int, int, int]]:
+        """The linear layers' weight matrices as a checkpoint stores them, on one of `tp` tensor-parallel GPUs:
+        (k inputs, n outputs, how many), one entry per distinct shape. A record with no matrix has none."""
+        if self.matrix_params(tp) == 0:
+            return []
+        return self._missing("matrices")
+
     def forward(self) -> dict[str, int]:
         """Forward matmul FLOPs per component."""
         return self._missing("forward")
@@ -183,7 +190,9 @@ class Matmul(Record):
     `split`: how tensor parallelism (Megatron-LM) splits W: "column" (the n outputs; x is whole on every GPU),
     "row" (the k inputs; x arrives split), "" (not split: every GPU holds all of W).
     `shares_input`: x is an input an earlier op already keeps (a gate beside its up projection, a parallel block's
-    MLP beside attention on one normalised x): kept once."""
+    MLP beside attention on one normalised x): kept once.
+    `parts`: the output widths of the separate tensors a checkpoint stores for this fused record (q, k and v of
+    a fused projection); () when it is one tensor."""
 
     component: str
     m: int
@@ -196,6 +205,7 @@ class Matmul(Record):
     shares_input: bool = False
     role: str = ""
     sublayer: str = ""
+    parts: tuple[int, ...] = ()
 
     @property
     def params_each(self) -> int:
@@ -219,6 +229,18 @@ class Matmul(Record):
     def matrix_params(self, tp: int = 1) -> int:
         k, n = self._shape_on(tp)
         return self.weights * k * n
+
+    def matrices(self, tp: int = 1) -> list[tuple[int, int, int]]:
+        if not self.weights:
+            return []
+        k, n = self._shape_on(tp)
+        if not self.parts or sum(self.parts) != self.n:
+            return [(k, n, self.weights)]
+        widths: dict[int, int] = {}
+        for part in self.parts:  # each stored tensor split as its fused record is (column-parallel: n / tp each)
+            width = _ceil(part, tp) if self.split == "column" else part
+            widths[width] = widths.get(width, 0) + self.weights
+        return [(k, width, count) for width, count in widths.items()]
 
     def forward(self) -> dict[str, int]:
         return {self.component: matmul(self.m, self.k, self.n)}
@@ -250,11 +272,18 @@ class Matmul(Record):
         return self.k, self.n
 
     def cost(self, weight_bytes, act: int, kv, tp: int) -> tuple[int, int] | None:
+        """`weight_bytes`: bytes per weight, or a function of (record, matrices read) to their bytes (a quantized
+        format's, tfcalc.plan.quant)."""
         if not self.m:
             return None
         k, n = self._shape_on(tp)
         read = min(self.weights, self.m) if self.expert else self.weights  # routed: experts touched
-        weights = int(read * k * n * weight_bytes) if read else k * n * act  # tied head: the table
+        if not read:
+            weights = k * n * act  # tied head: the table
+        elif callable(weight_bytes):
+            weights = weight_bytes(self, read)
+        else:
+            weights = int(read * k * n * weight_bytes)
         return matmul(self.m, k, n), weights + self.m * (k + n) * act
 
     def collective(self, act: int, tp: int) -> tuple[str, int, str] | None:

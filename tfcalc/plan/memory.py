@@ -10,7 +10,11 @@ Conventions, stated once:
 - `dtype` is the weights': fp32 4 bytes, bf16/fp16 2, fp8/int8 1, int4 a half. fp8, int8 and int4 are weight-only
   quantization of the linear layers' weight matrices; token, position and relative-bias tables, norms and biases
   stay in 16 bits (as GPTQ/AWQ-style checkpoints keep them). The per-group scales of a quantized checkpoint are
-  not counted (about 2 bytes per group of 32-128 weights).
+  not counted (about 2 bytes per group of 32-128 weights): a flat figure. `quant` (tfcalc.plan.quant: a config's
+  quantization_config or --quant) counts a format as it is stored instead, tensor by tensor, scales and zeros
+  included, the head and routers left unquantized; `dtype` is then the unquantized tensors' (fp32, bf16, fp16).
+- An fp8 KV cache adds the per-layer scales an engine keeps beside it (vLLM: fp32 k_scale and v_scale per
+  attention layer; tfcalc.plan.quant.KV_SCALE_BYTES), a constant apart from the cache (`kv_scale_bytes`).
 - The KV cache holds keys and values of every cached attention (a decoder's self-attention, and its
   cross-attention to the encoder's tokens) in `kv_dtype` (default: the weights' dtype for fp32, bf16 and fp16;
   bf16 for quantized weights). A sliding-window layer keeps at most `window` tokens.
@@ -67,6 +71,9 @@ class InferenceMemory:
     # MAX_TP) at which one GPU's weights and cache fit; None when it fits, no GPU is named, or none up to MAX_TP does
     smallest_tp: int | None = None
     state_dtypes: dict = field(default_factory=dict)  # component -> the dtype its state is kept in
+    quant: object = None  # tfcalc.plan.quant.Quant, when the weights are stored in a quantized format
+    weights: object = None  # tfcalc.plan.quant.WeightBytes: per component, with a quant
+    kv_scale_bytes: int = 0  # the scales an engine keeps beside a quantized KV cache (all layers)
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -82,7 +89,7 @@ class InferenceMemory:
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.state_bytes
+        return self.weights_bytes + self.kv_cache_bytes + self.state_bytes + self.kv_scale_bytes
 
     @property
     def fits(self) -> bool | None:
@@ -95,7 +102,7 @@ class InferenceMemory:
         if self.capacity_bytes is None:
             return None
         per_sequence = (self.kv_cache_bytes + self.state_bytes) // self.workload.batch_size
-        room = self.capacity_bytes - self.weights_bytes
+        room = self.capacity_bytes - self.weights_bytes - self.kv_scale_bytes
         return max(0, room) // per_sequence if per_sequence else None
 
     def to_dict(self) -> dict:
@@ -108,6 +115,8 @@ class InferenceMemory:
             "state_bytes_per_sequence": self.state_bytes_per_sequence, "state_dtypes": dict(self.state_dtypes),
             "total_bytes": self.total_bytes, "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes,
             "fits": self.fits, "max_sequences": self.max_sequences, "tp": self.tp, "smallest_tp": self.smallest_tp,
+            **({"kv_scale_bytes": self.kv_scale_bytes} if self.kv_scale_bytes else {}),
+            **({"quant": self.quant.to_dict(), "weights": self.weights.to_dict()} if self.quant is not None else {}),
         }
 
 
@@ -122,11 +131,24 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
                           + (f" and global_n_kv_heads={spec.global_n_kv_heads}" if spec.global_n_kv_heads else ""))
 
 
-def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
+def check_quant(dtype: str, quant) -> None:
+    """A quantized format stores the linear layers itself: `dtype` is then the other tensors' (16 or 32 bits)."""
+    if quant is not None and dtype in QUANTIZED:
+        raise TfcalcError(f"dtype={dtype!r}: with quant={quant.name!r} the dtype is the unquantized tensors' "
+                          "(fp32, bf16 or fp16); give one or the other")
+
+
+def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1, quant=None) -> int:
     """Bytes of the weights in `dtype` (quantized dtypes: the linear layers' matrices only, the rest 16-bit), on
-    one of `tp` tensor-parallel GPUs."""
+    one of `tp` tensor-parallel GPUs; with `quant` (tfcalc.plan.quant.Quant), its format tensor by tensor and the
+    rest in `dtype`."""
     _dtype(dtype, "dtype", tuple(DTYPE_BYTES))
     check_tp(spec, tp)
+    if quant is not None:
+        from .quant import weight_bytes
+
+        check_quant(dtype, quant)
+        return weight_bytes(spec, quant, tp, int(DTYPE_BYTES[dtype])).total
     inv = build(spec)
     if tp == 1:
         total = folds.params(inv).total
@@ -141,9 +163,9 @@ def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
 
 def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", kv_dtype: str | None = None,
                      capacity_bytes: int | None = None, gpu_name: str | None = None,
-                     tp: int = 1) -> InferenceMemory:
+                     tp: int = 1, quant=None) -> InferenceMemory:
     """Weights and KV cache of `spec` on an inference `workload` (prefill or decode), on one GPU or on each of `tp`
-    tensor-parallel GPUs."""
+    tensor-parallel GPUs; `quant` (tfcalc.plan.quant.Quant): the weights in a quantized format."""
     if not isinstance(workload, Workload) or workload.phase == "train":
         raise TfcalcError("workload: inference memory is for phase 'prefill' or 'decode' (training memory is "
                           "another plan)")
@@ -152,7 +174,20 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     inv = build(spec, workload)
     validate(spec, inv.workload)
     size = DTYPE_BYTES[kv_dtype]
-    weights = weights_bytes(spec, dtype, tp)
+    _dtype(dtype, "dtype", tuple(DTYPE_BYTES))
+    check_quant(dtype, quant)
+    detail = None
+    if quant is not None:
+        from .quant import weight_bytes
+
+        check_tp(spec, tp)
+        detail = weight_bytes(spec, quant, tp, int(DTYPE_BYTES[dtype]))
+        weights = detail.total
+    else:
+        weights = weights_bytes(spec, dtype, tp)
+    from .quant import KV_SCALE_BYTES
+
+    cached_layers = sum(repeat for op, repeat in inv if op.cache(tp))
     cache = Breakdown({name: int(n * size) for name, n in folds.kv_cache(inv, tp).items()})
     act = DTYPE_BYTES["bf16" if dtype in QUANTIZED else dtype]
     state = folds.state_bytes(inv, tp, act)
@@ -160,9 +195,10 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     state_dtypes = {name: "fp32" if op.state_bytes == 4 else act_name for op, _ in inv for name in op.state(tp)}
     plan = InferenceMemory(spec, inv.workload, dtype, kv_dtype, weights, cache,
                            int(folds.kv_per_token(inv, tp) * size), state, capacity_bytes, gpu_name, tp,
-                           state_dtypes=state_dtypes)
+                           state_dtypes=state_dtypes, quant=quant, weights=detail,
+                           kv_scale_bytes=KV_SCALE_BYTES.get(kv_dtype, 0) * cached_layers)
     if plan.fits is False:
-        plan = replace(plan, smallest_tp=_smallest_tp(spec, inv, dtype, size, act, capacity_bytes, tp))
+        plan = replace(plan, smallest_tp=_smallest_tp(spec, inv, dtype, size, act, capacity_bytes, tp, quant))
     return plan
 
 
@@ -170,7 +206,7 @@ MAX_TP = 64  # the largest tensor-parallel size the fit search tries (eight node
 
 
 def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, act: Fraction, capacity: int,
-                 tp: int) -> int | None:
+                 tp: int, quant=None) -> int | None:
     """The smallest power of two above `tp`, up to MAX_TP, that the heads take and at which one GPU's weights, KV
     cache and state fit in `capacity`."""
     n = tp * 2
@@ -180,7 +216,7 @@ def _smallest_tp(spec: ModelSpec, inv, dtype: str, kv_size: Fraction, act: Fract
         except TfcalcError:
             n *= 2
             continue
-        if (weights_bytes(spec, dtype, n) + int(folds.kv_cache(inv, n).total * kv_size)
+        if (weights_bytes(spec, dtype, n, quant) + int(folds.kv_cache(inv, n).total * kv_size)
                 + folds.state_bytes(inv, n, act).total <= capacity):
             return n
         n *= 2

@@ -16,6 +16,9 @@ Conventions, stated once (a roofline is a bound, not a measurement):
   in decode) and writes its output, as a fused kernel does (scores stay on chip), and its FLOPs are the pairs the
   mask keeps; norms, activations and residual adds read and write their elements. Weights and activations in the
   weights' dtype (activations 2 bytes for quantized weights), the KV cache in `kv_dtype`.
+- With `quant` (tfcalc.plan.quant: a config's quantization_config or --quant), a linear layer reads its weight
+  matrices as the format stores them (values, scales, zeros, g_idx), the head and routers in `dtype`; activations
+  and the compute peak are `dtype`'s (weight-only quantization: the matmul runs in 16 bits).
 - Prefill processes the prompt (`context` tokens) into the cache, and its time is the time to first token;
   decode processes one new token per sequence against `context` cached ones.
 - Tensor parallelism over `tp` GPUs (Megatron-LM's split, as vLLM serves): every figure is one GPU's. Column-
@@ -36,7 +39,7 @@ from ..arch import Workload, build, validate
 from ..errors import TfcalcError, check_positive_int
 from ..spec import ModelSpec
 from .gpus import Gpu
-from .memory import DTYPE_BYTES, QUANTIZED
+from .memory import DTYPE_BYTES, QUANTIZED, check_quant
 from .memory import check_tp as check_heads
 
 PEAK_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "int8": "bf16", "int4": "bf16"}
@@ -109,6 +112,7 @@ class InferencePlan:
     prefill: PhaseCost
     decode: PhaseCost
     tp: int = 1  # tensor-parallel GPUs; every figure is one GPU's
+    quant: object = None  # tfcalc.plan.quant.Quant: the weights' format, when quantized
 
     @property
     def peak(self) -> int:
@@ -121,6 +125,7 @@ class InferencePlan:
                 "ridge_flops_per_byte": self.peak / self.gpu.bandwidth_bytes_per_s,
                 "time_to_first_token_s": self.prefill.seconds, "decode_time_per_step_s": self.decode.seconds,
                 "decode_tokens_per_s": self.decode.tokens_per_s,
+                **({"quant": self.quant.to_dict()} if self.quant is not None else {}),
                 "prefill": self.prefill.to_dict(), "decode": self.decode.to_dict()}
 
 
@@ -132,9 +137,10 @@ def check_tp(spec: ModelSpec, gpu: Gpu, tp: int) -> None:
 
 
 def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16",
-               kv_dtype: str | None = None, tp: int = 1) -> PhaseCost:
+               kv_dtype: str | None = None, tp: int = 1, quant=None) -> PhaseCost:
     if dtype not in DTYPE_BYTES:
         raise TfcalcError(f"dtype={dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
+    check_quant(dtype, quant)
     kv_dtype = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     if kv_dtype not in DTYPE_BYTES or kv_dtype == "int4":
         raise TfcalcError(f"kv_dtype={kv_dtype!r}: expected one of fp32, bf16, fp16, fp8, int8")
@@ -148,8 +154,14 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
     inv = build(spec, workload)
     validate(spec, inv.workload)
     ops = []
+    read = None
+    if quant is not None:
+        from .quant import read_bytes_fn
+
+        read = read_bytes_fn(quant, tp, int(DTYPE_BYTES[dtype]))
     for op, repeat in inv:
-        cost = op.cost(DTYPE_BYTES[dtype], act, DTYPE_BYTES[kv_dtype], tp)
+        weight_bytes = read if read is not None and op.matrices(tp) else DTYPE_BYTES[dtype]
+        cost = op.cost(weight_bytes, act, DTYPE_BYTES[kv_dtype], tp)
         if cost is not None:
             flops, moved = repeat * cost[0], repeat * cost[1]
             compute, memory = flops / peak, moved / bandwidth
@@ -163,7 +175,8 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
 
 
 def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1, dtype: str = "bf16",
-                   kv_dtype: str | None = None, src_len: int | None = None, tp: int = 1) -> InferencePlan:
+                   kv_dtype: str | None = None, src_len: int | None = None, tp: int = 1,
+                   quant=None) -> InferencePlan:
     """Prefill of a `context`-token prompt (time to first token) and decode of one token against it, for
     `batch_size` sequences on one `gpu`, or on each of `tp` tensor-parallel GPUs."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
@@ -180,5 +193,5 @@ def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1,
     prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len)
     decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len)
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
-    return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv, tp),
-                         phase_cost(spec, decode, gpu, dtype, kv, tp), tp)
+    return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv, tp, quant),
+                         phase_cost(spec, decode, gpu, dtype, kv, tp, quant), tp, quant)

@@ -48,7 +48,8 @@ def attention(ctx: Ctx) -> list[Op]:
     return sublayer(ctx, "attention", [
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared;
         # + H*dh for the output gate)
-        Matmul(ctx.name("attention/qkv"), t, D, H * dh + gate + kv_width, bias=spec.has_qkv_bias, split="column"),
+        Matmul(ctx.name("attention/qkv"), t, D, H * dh + gate + kv_width, bias=spec.has_qkv_bias, split="column",
+               parts=(H * dh + gate,) + (kv * dh,) * (kv_width // (kv * dh))),  # q (and its gate), k, v stored apart
         *_qk_norms(ctx),
         *_sinks(ctx),
         replace(core, cached=False, shares_kv=True) if shared else core,
