@@ -5,7 +5,7 @@ from a config.json's `quantization_config` (`from_config`) or named by `--quant`
 
     >>> nf4 = FORMATS["nf4"]
     >>> nf4.matrix_bytes(4096, 4096)   # 4096*4096/2 + 4096*4096/64 + 4*ceil(262144/256) + 64 + 1024
-    8654912
+    8655936
     >>> round(8 * (nf4.matrix_bytes(4096, 4096) - 1088) / 4096**2, 4)   # QLoRA's 4 + 8/64 + 32/(64*256)
     4.127
 
@@ -394,15 +394,22 @@ def from_config(cfg, where: str = "config.json") -> Quant:
                               "'static'")
         block = cfg.get("weight_block_size")
         extra = 4 if scheme == "static" else 0  # an fp32 activation_scale per linear
+        scale_fmt = cfg.get("scale_fmt")
+        if scale_fmt not in (None, "float32", "ue8m0"):
+            raise TfcalcError(f"{where}: quantization_config.scale_fmt={scale_fmt!r} is not modelled (float32 or "
+                              "ue8m0: a one-byte power-of-two scale)")
+        scale = 1 if scale_fmt == "ue8m0" else 4
         if block is None:
-            fmt = replace(FORMATS["fp8"], extra=extra)
+            fmt = replace(FORMATS["fp8"], extra=extra, scale_bytes=scale)
         else:
             if (not isinstance(block, list) or len(block) != 2
                     or not all(type(b) is int and b > 0 for b in block)):
                 raise TfcalcError(f"{where}: quantization_config.weight_block_size={block!r}: expected two "
                                   "positive integers [rows, columns] or null")
             fmt = replace(FORMATS["fp8-block"], name=f"fp8-block{block[0]}x{block[1]}", tile=(block[0], block[1]),
-                          extra=extra, description=f"fp8 {fmt_name}, an fp32 scale per {block[0]}x{block[1]} tile")
+                          extra=extra, scale_bytes=scale,
+                          description=f"fp8 {fmt_name}, an {'ue8m0' if scale == 1 else 'fp32'} scale per "
+                                      f"{block[0]}x{block[1]} tile")
         return Quant(fmt, _skips(cfg, "modules_to_not_convert"), source)
     # mxfp4
     return Quant(FORMATS["mxfp4"], _skips(cfg, "modules_to_not_convert"), source)
