@@ -478,7 +478,9 @@ def infer_tables(plan) -> list[Table]:
     link = (f" Per GPU: its share of the weights, heads and MLP width; all-reduces and the logits' all-gather over "
             f"{plan.gpu.link_bytes_per_s / 1e9:,.0f} GB/s each way ({plan.gpu.link}), their latency not counted."
             if tp > 1 else "")
-    summary = Table(f"Roofline on {where} ({plan.dtype})", ["phase", "workload", "time", "tokens/s",
+    quant = getattr(plan, "quant", None)
+    dtypes = plan.dtype if quant is None else f"{quant.name} weights, {plan.dtype}"
+    summary = Table(f"Roofline on {where} ({dtypes})", ["phase", "workload", "time", "tokens/s",
                     "FLOPs", "bytes moved", "bound"], rows,
                     f"time to first token = prefill; decode tokens/s = sequences / step time. Peak "
                     f"{sci(plan.peak)} FLOP/s dense, {plan.gpu.bandwidth_bytes_per_s / 1e12:,.2f} TB/s: ridge "
@@ -1131,7 +1133,9 @@ def memory_sweep_table(pairs, axes: list[str]) -> Table:
         caption = (f"bytes per GPU of the worst pipeline stage; {m0.precision}, {m0.optimizer}, recompute "
                    f"{m0.recompute}, {m0.layout.describe()}. Peak adds the backward's and the step's transients.")
     else:
-        caption = (f"bytes; weights {m0.dtype}, KV cache {m0.kv_dtype}; weights and KV cache only (activations and "
+        quant = getattr(m0, "quant", None)
+        weights = m0.dtype if quant is None else f"{quant.name} (rest {m0.dtype})"
+        caption = (f"bytes; weights {weights}, KV cache {m0.kv_dtype}; weights and KV cache only (activations and "
                    "the runtime's own memory are not counted).")
     if gpu:
         caption += f" GPU: {m0.gpu_name}, {exact(m0.capacity_bytes)} bytes ({binary_bytes(m0.capacity_bytes)})."
