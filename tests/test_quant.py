@@ -227,7 +227,7 @@ def test_modules_to_not_convert_keep_their_linears():
 
 @pytest.mark.parametrize("config, message", [
     ({"quant_method": "hqq"}, "quant_method='hqq' is not supported"),
-    ({"quant_method": "compressed-tensors"}, "compressed-tensors"),
+    ({"quant_method": "compressed-tensors", "format": "sparse-bitmask"}, "format=.sparse-bitmask. is not modelled"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["model.layers.3.mlp"]},
      "names one layer"),
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["q_proj"]},
@@ -285,3 +285,36 @@ def test_bad_quant_flags_exit_2(args, message):
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.output
+
+
+W4A16 = {  # llm-compressor's W4A16 scheme as a compressed-tensors quantization_config writes it
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"], "kv_cache_scheme": None,
+    "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None, "output_activations": None,
+                                  "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                                              "symmetric": True, "dynamic": False, "actorder": None}}},
+}
+
+
+def test_compressed_tensors_pack_quantized():
+    # PackedQuantizationCompressor: weight_packed int32 [n, k / 8], weight_shape int64 [2], weight_scale [n, k / 128]
+    # in 16 bits; an asymmetric scheme adds weight_zero_point int32 [n / 8, k / 128], actorder "group" g_idx [k]
+    k, n = 4096, 11008
+    q = from_config(W4A16)
+    assert q.format.matrix_bytes(k, n) == 4 * n * (k // 8) + 16 + 2 * n * (k // 128)
+    asym = json.loads(json.dumps(W4A16))
+    asym["config_groups"]["group_0"]["weights"].update(symmetric=False, actorder="group")
+    assert from_config(asym).format.matrix_bytes(k, n) == (4 * n * (k // 8) + 16 + 2 * n * (k // 128)
+                                                          + 4 * (n // 8) * (k // 128) + 4 * k)
+    fp8 = {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+           "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float",
+                                                                             "strategy": "channel"}}}}
+    assert from_config(fp8).format.matrix_bytes(k, n) == k * n + 2 * n
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"format": "marlin-24"}, "format='marlin-24' is not modelled"),
+    ({"config_groups": {}}, "expected one group"),
+])
+def test_compressed_tensors_unmodelled(change, message):
+    with pytest.raises(TfcalcError, match=message):
+        from_config({**W4A16, **change})

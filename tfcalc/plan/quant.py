@@ -62,6 +62,8 @@ class Format:
     extra: int = 0  # bytes every quantized tensor carries besides (code books, activation scale, weight_format)
     experts_only: bool = False  # converts the routed experts only (transformers' Mxfp4 quantizer)
     description: str = ""
+    zeros: bool = False  # ct: an asymmetric scheme's zero points (packed int32 in pack-quantized, else 1 byte each)
+    g_idx: bool = False  # ct: actorder "group" keeps weight_g_idx int32 [k]
 
     def matrix_bytes(self, k: int, n: int) -> int:
         """Bytes of one weight matrix of k inputs and n outputs in this format, every tensor it stores."""
@@ -88,6 +90,21 @@ class Format:
         if self.layout == "mx":
             blocks = ceil(k / self.group) * n
             return blocks * ceil(self.group * self.bits / 8) + self.scale_bytes * blocks + self.extra
+        if self.layout in ("ct-pack", "ct-naive"):  # compressed-tensors: weight [n, k], scales [n, groups]
+            if self.tile != (0, 0):
+                rows, cols = self.tile
+                scales = ceil(n / rows) * ceil(k / cols)
+            else:
+                scales = n * ceil(k / self.group) if self.group else n  # group or channel (group 0)
+            scales = 1 if self.group < 0 else scales  # tensor
+            if self.layout == "ct-pack":  # weight_packed int32 [n, ceil(k / (32 / bits))], weight_shape int64 [2]
+                per_word = 32 // self.bits
+                values = 4 * n * ceil(k / per_word) + 16
+                zeros = 4 * ceil(n / per_word) * (scales // n) if self.zeros and scales >= n else 0
+            else:
+                values = ceil(k * n * self.bits / 8)
+                zeros = scales if self.zeros else 0
+            return values + self.scale_bytes * scales + zeros + (4 * k if self.g_idx else 0) + self.extra
         raise AssertionError(self.layout)
 
 
@@ -323,7 +340,7 @@ def _bool(cfg: dict, key: str, default: bool) -> bool:
     return value
 
 
-METHODS = ("bitsandbytes", "gptq", "awq", "fp8", "mxfp4")
+METHODS = ("bitsandbytes", "gptq", "awq", "fp8", "mxfp4", "compressed-tensors")
 
 
 def from_config(cfg, where: str = "config.json") -> Quant:
@@ -333,9 +350,7 @@ def from_config(cfg, where: str = "config.json") -> Quant:
         raise TfcalcError(f"{where}: quantization_config={cfg!r}: expected an object")
     method = cfg.get("quant_method")
     if method not in METHODS:
-        extra = (" (compressed-tensors' config groups are not modelled yet)" if method == "compressed-tensors"
-                 else "")
-        raise TfcalcError(f"{where}: quantization_config.quant_method={method!r} is not supported{extra}; "
+        raise TfcalcError(f"{where}: quantization_config.quant_method={method!r} is not supported; "
                           f"supported: {', '.join(METHODS)} (or give --quant none to count the weights in 16 bits)")
     source = f"{where} quantization_config (quant_method {method})"
     if method == "bitsandbytes":
@@ -411,8 +426,78 @@ def from_config(cfg, where: str = "config.json") -> Quant:
                           description=f"fp8 {fmt_name}, an {'ue8m0' if scale == 1 else 'fp32'} scale per "
                                       f"{block[0]}x{block[1]} tile")
         return Quant(fmt, _skips(cfg, "modules_to_not_convert"), source)
+    if method == "compressed-tensors":
+        return _compressed_tensors(cfg, where, source)
     # mxfp4
     return Quant(FORMATS["mxfp4"], _skips(cfg, "modules_to_not_convert"), source)
+
+
+CT_FORMATS = {"pack-quantized": "ct-pack", "naive-quantized": "ct-naive", "int-quantized": "ct-naive",
+              "float-quantized": "ct-naive"}
+
+
+def _compressed_tensors(cfg: dict, where: str, source: str) -> Quant:
+    """compressed-tensors (llm-compressor's checkpoints): one config group of Linear targets. What each compressor
+    writes (compressed_tensors/compressors/quantized_compressors): pack-quantized: weight_packed int32 [n, k / (32 /
+    bits)], weight_shape int64 [2], weight_scale [n, groups], an asymmetric scheme's weight_zero_point packed int32
+    [n / (32 / bits), groups], actorder "group"'s weight_g_idx int32 [k]; naive/int/float-quantized: the values
+    unpacked, the same scales, zero points one byte each. Scales are taken in 16 bits (compressed-tensors computes
+    them in the weights' dtype; a checkpoint of fp32 scales has 2 bytes more a scale); a static activation scheme's
+    input_scale one per linear."""
+    name = cfg.get("format")
+    if name not in CT_FORMATS:
+        raise TfcalcError(f"{where}: quantization_config.format={name!r} is not modelled (known: "
+                          f"{', '.join(CT_FORMATS)})")
+    groups = cfg.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        raise TfcalcError(f"{where}: quantization_config.config_groups: expected one group (several schemes in one "
+                          "model are not modelled)")
+    (key, group), = groups.items()
+    if not isinstance(group, dict) or group.get("targets") != ["Linear"]:
+        raise TfcalcError(f"{where}: quantization_config.config_groups.{key}.targets={group.get('targets')!r}: "
+                          "expected ['Linear'] (other targets are not modelled)")
+    w = group.get("weights")
+    if not isinstance(w, dict):
+        raise TfcalcError(f"{where}: quantization_config.config_groups.{key}.weights={w!r}: expected an object")
+    at = f"{where}: quantization_config.config_groups.{key}.weights"
+    bits, kind, strategy = w.get("num_bits"), w.get("type", "int"), w.get("strategy")
+    if kind not in ("int", "float") or bits not in ((2, 4, 8) if kind == "int" else (8,)):
+        raise TfcalcError(f"{at}: type={kind!r}, num_bits={bits!r} is not modelled (int 2, 4 or 8; float 8)")
+    wants = {"pack-quantized": "int", "naive-quantized": "int8", "int-quantized": "int8",
+             "float-quantized": "float8"}[name]
+    if wants not in (kind, f"{kind}{bits}"):
+        raise TfcalcError(f"{at}: type={kind!r}, num_bits={bits} is not what format {name!r} stores ({wants})")
+    tile = (0, 0)
+    if strategy == "group":
+        size = w.get("group_size")
+        if type(size) is not int or size < 1:
+            raise TfcalcError(f"{at}.group_size={size!r}: expected a positive integer")
+    elif strategy == "channel":
+        size = 0
+    elif strategy == "tensor":
+        size = -1
+    elif strategy == "block":
+        block = w.get("block_structure")
+        if not isinstance(block, list) or len(block) != 2 or not all(type(b) is int and b > 0 for b in block):
+            raise TfcalcError(f"{at}.block_structure={block!r}: expected two positive integers")
+        size, tile = 0, (block[0], block[1])
+    else:
+        raise TfcalcError(f"{at}.strategy={strategy!r} is not modelled (tensor, channel, group, block)")
+    symmetric = w.get("symmetric", True)
+    if not isinstance(symmetric, bool):
+        raise TfcalcError(f"{at}.symmetric={symmetric!r}: expected a boolean")
+    actorder = w.get("actorder")
+    if actorder not in (None, "group", "weight", "static", "dynamic"):
+        raise TfcalcError(f"{at}.actorder={actorder!r} is not modelled")
+    act = group.get("input_activations")
+    extra = 2 if isinstance(act, dict) and act.get("dynamic") is False else 0  # a static input_scale
+    label = f"{kind}{bits}" + (f"-g{size}" if strategy == "group" else f"-{strategy}")
+    fmt = Format(f"ct-{label}", CT_FORMATS[name], bits, size, tile, scale_bytes=2, extra=extra,
+                 zeros=not symmetric and (strategy in ("group", "channel") or name != "pack-quantized"),
+                 g_idx=actorder == "group",
+                 description=f"compressed-tensors {name} {label} (16-bit scales)")
+    notes = ("kv_cache_scheme: the cache's per-layer scales are not counted",) if cfg.get("kv_cache_scheme") else ()
+    return Quant(fmt, _skips(cfg, "ignore"), source, notes)
 
 
 # ---- the KV cache's scales ------------------------------------------------------------------------------------------
