@@ -258,8 +258,22 @@ def test_decode_reads_the_quantized_bytes():
     up = next(op for op in cost.ops if op.component == "mlp/up")
     # 32 blocks: the nf4 matrix read once, one token's [1, 4096] in and [1, 11008] out in bf16
     assert up.bytes == 32 * (nf4_tensor(4096, 11008) + 2 * (4096 + 11008))
+    qkv = next(op for op in cost.ops if op.component == "attention/qkv")
+    assert qkv.bytes == 32 * (3 * nf4_tensor(4096, 4096) + 2 * (4096 + 3 * 4096))  # q, k and v read, all of them
     head = next(op for op in cost.ops if op.component == "head")
     assert head.bytes == 2 * 4096 * 32000 + 2 * (4096 + 32000)  # the head stays bf16
+
+
+def test_decode_reads_the_experts_it_touches():
+    # Mixtral 8x7B at batch 1: 2 of 8 experts' matrices read, each [4096, 14336] (w1, w3) or [14336, 4096] (w2)
+    cost = phase_cost(load_preset("mixtral-8x7b"), Workload(phase="decode", seq_len=1, context=1023),
+                      lookup("a100-80gb"), quant=named("int4-g128"))
+    experts = [op for op in cost.ops if op.component == "moe/experts" and op.flops]
+    assert len(experts) == 3  # gate, up and down
+    g128 = FORMATS["int4-g128"].matrix_bytes
+    weights = 32 * 2 * (2 * g128(4096, 14336) + g128(14336, 4096))  # 32 blocks, 2 experts each
+    activations = 32 * 3 * 2 * (4096 + 14336) * 2  # each record: 2 token-expert rows in and out, bf16
+    assert sum(op.bytes for op in experts) == weights + activations
 
 
 def test_memory_with_quant_counts_weights_as_stored():

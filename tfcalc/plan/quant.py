@@ -260,14 +260,13 @@ def weight_bytes(spec, quant: Quant | None, tp: int = 1, base: int = 2) -> Weigh
 def read_bytes_fn(quant: Quant, tp: int, base: int = 2):
     """For the roofline: a function of (record, matrices read) to the bytes a step reads of its weights."""
 
-    def read(op, count: int) -> int:
+    def read(op, count: int) -> int:  # `count` of the record's `weights` sets (routed experts: those touched)
         mats = op.matrices(tp)
-        total = sum(c for _, _, c in mats)
         if quant.quantizes(op):
-            per_set = sum(c * quant.format.matrix_bytes(k, n) for k, n, c in mats)
+            every = sum(c * quant.format.matrix_bytes(k, n) for k, n, c in mats)
         else:
-            per_set = sum(c * k * n for k, n, c in mats) * base
-        return per_set * count // total if total else 0
+            every = sum(c * k * n for k, n, c in mats) * base
+        return every * count // op.weights if op.weights else 0
 
     return read
 
