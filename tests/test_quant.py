@@ -13,7 +13,7 @@ from tfcalc.cli import app
 from tfcalc.hf import read_hf_config
 from tfcalc.plan.gpus import lookup
 from tfcalc.plan.memory import inference_memory
-from tfcalc.plan.quant import FORMATS, from_config, named, weight_bytes
+from tfcalc.plan.quant import FORMATS, from_config, named, record_bytes, weight_bytes
 from tfcalc.plan.roofline import phase_cost
 from tfcalc.sources import checkpoint_quant
 
@@ -332,3 +332,14 @@ def test_compressed_tensors_pack_quantized():
 def test_compressed_tensors_unmodelled(change, message):
     with pytest.raises(TfcalcError, match=message):
         from_config({**W4A16, **change})
+
+
+def test_record_bytes_on_an_expert_parallel_gpu():
+    # what a training plan's stage asks of each record: Mixtral's down experts, 8 of [14336 -> 4096], over ep=4: 2
+    from tfcalc.arch import build
+
+    op = next(op for op, _ in build(load_preset("mixtral-8x7b")).parameters()
+              if op.expert and op.k == 14336)
+    params, size, qp, qb = record_bytes(op, named("nf4"), ep=4)
+    assert (params, qp) == (2 * 14336 * 4096, 2 * 14336 * 4096)
+    assert size == qb == 2 * nf4_tensor(14336, 4096)

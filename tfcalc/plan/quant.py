@@ -217,15 +217,19 @@ def named(name: str) -> Quant | None:
     return Quant(FORMATS[name])
 
 
-def op_bytes(op, quant: Quant | None, tp: int, sets: int, base: int = 2) -> tuple[int, int, int, int]:
-    """(parameters, bytes, quantized matrix parameters, their bytes) of `sets` sets of one record's weights on one
-    of `tp` GPUs: its quantized matrices in the format, everything else `base` bytes a parameter."""
-    params = sets * sum(op.tensors(tp, 1, False))
+def record_bytes(op, quant: Quant | None, tp: int = 1, ep: int = 1, copy_tied: bool = False,
+                 base: int = 2) -> tuple[int, int, int, int]:
+    """(parameters, bytes, quantized matrix parameters, their bytes) of one set of a record's weights on one GPU
+    of a layout (`tp` tensor-parallel, `ep` expert-parallel GPUs; `copy_tied`: a later pipeline stage's copy of a
+    tied head, as `Record.tensors` takes them): its quantized matrices in the format, everything else `base` bytes
+    a parameter. A training plan's frozen weights (QLoRA's base) are the sum of these over its stage's records."""
+    params = sum(op.tensors(tp, ep, copy_tied))
     if quant is None or not quant.quantizes(op):
         return params, params * base, 0, 0
     mats = op.matrices(tp)
-    matrix_params = sets * sum(k * n * count for k, n, count in mats)
-    matrix_bytes = sets * sum(count * quant.format.matrix_bytes(k, n) for k, n, count in mats)
+    held = -(-op.weights // ep) if op.expert else op.weights  # the expert-parallel GPU's share of the experts
+    matrix_params = sum(k * n * count for k, n, count in mats) * held // op.weights
+    matrix_bytes = sum(count * quant.format.matrix_bytes(k, n) for k, n, count in mats) * held // op.weights
     return params, matrix_bytes + (params - matrix_params) * base, matrix_params, matrix_bytes
 
 
@@ -238,7 +242,7 @@ def weight_bytes(spec, quant: Quant | None, tp: int = 1, base: int = 2) -> Weigh
     components: dict[str, list[int]] = {}
     quantized: dict[str, list[int]] = {}
     for op, sets in inv.parameters():
-        params, total, qp, qb = op_bytes(op, quant, tp, sets, base)
+        params, total, qp, qb = (sets * x for x in record_bytes(op, quant, tp, base=base))
         if not params:
             continue
         for name in op.parameters():  # a record holding weights reports one component
