@@ -131,11 +131,16 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
                           + (f" and global_n_kv_heads={spec.global_n_kv_heads}" if spec.global_n_kv_heads else ""))
 
 
-def check_quant(dtype: str, quant) -> None:
-    """A quantized format stores the linear layers itself: `dtype` is then the other tensors' (16 or 32 bits)."""
+def check_quant(dtype: str, quant):
+    """`quant` as a tfcalc.plan.quant.Quant (or None; a format's name is read); a quantized format stores the linear
+    layers itself: `dtype` is then the other tensors' (16 or 32 bits)."""
+    from .quant import as_quant
+
+    quant = as_quant(quant)
     if quant is not None and dtype in QUANTIZED:
         raise TfcalcError(f"dtype={dtype!r}: with quant={quant.name!r} the dtype is the unquantized tensors' "
                           "(fp32, bf16 or fp16); give one or the other")
+    return quant
 
 
 def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1, quant=None) -> int:
@@ -147,8 +152,9 @@ def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1, quant=None) -> int:
     if quant is not None:
         from .quant import weight_bytes
 
-        check_quant(dtype, quant)
-        return weight_bytes(spec, quant, tp, int(DTYPE_BYTES[dtype])).total
+        quant = check_quant(dtype, quant)
+        if quant is not None:
+            return weight_bytes(spec, quant, tp, int(DTYPE_BYTES[dtype])).total
     inv = build(spec)
     if tp == 1:
         total = folds.params(inv).total
@@ -175,7 +181,7 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     validate(spec, inv.workload)
     size = DTYPE_BYTES[kv_dtype]
     _dtype(dtype, "dtype", tuple(DTYPE_BYTES))
-    check_quant(dtype, quant)
+    quant = check_quant(dtype, quant)
     detail = None
     if quant is not None:
         from .quant import weight_bytes

@@ -208,6 +208,17 @@ class WeightBytes:
                                for name, (p, b) in self.components.items()}}
 
 
+def as_quant(value) -> Quant | None:
+    """A plan's `quant` argument: a Quant, a format's name (`"nf4"`; `"none"`: None) or None; else refused."""
+    if value is None or isinstance(value, Quant):
+        return value
+    if isinstance(value, str):
+        if value != "none" and value not in FORMATS:
+            raise TfcalcError(f"quant={value!r}: expected one of {', '.join(NAMES)}, or a tfcalc.plan.quant.Quant")
+        return named(value)
+    raise TfcalcError(f"quant={value!r}: expected a format's name ({', '.join(NAMES)}) or a tfcalc.plan.quant.Quant")
+
+
 def named(name: str) -> Quant | None:
     """The Quant `--quant NAME` asks for (None: `none`, the checkpoint's own dtype)."""
     if name == "none":
@@ -233,10 +244,15 @@ def record_bytes(op, quant: Quant | None, tp: int = 1, ep: int = 1, copy_tied: b
     return params, matrix_bytes + (params - matrix_params) * base, matrix_params, matrix_bytes
 
 
-def weight_bytes(spec, quant: Quant | None, tp: int = 1, base: int = 2) -> WeightBytes:
-    """Bytes of `spec`'s weights under `quant` (None: every tensor `base` bytes) on one of `tp` tensor-parallel
-    GPUs, per component. The frozen base weights of a quantized fine-tune (QLoRA) are these bytes."""
+def weight_bytes(spec, quant: Quant | str | None, tp: int = 1, base: int = 2) -> WeightBytes:
+    """Bytes of `spec`'s weights under `quant` (a Quant or a format's name; None: every tensor `base` bytes) on one
+    of `tp` tensor-parallel GPUs, per component. The frozen base weights of a quantized fine-tune (QLoRA) are these
+    bytes."""
     from ..arch import build
+    from .memory import check_tp
+
+    quant = as_quant(quant)
+    check_tp(spec, tp)
 
     inv = build(spec)
     components: dict[str, list[int]] = {}

@@ -140,7 +140,7 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
                kv_dtype: str | None = None, tp: int = 1, quant=None) -> PhaseCost:
     if dtype not in DTYPE_BYTES:
         raise TfcalcError(f"dtype={dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
-    check_quant(dtype, quant)
+    quant = check_quant(dtype, quant)
     kv_dtype = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     if kv_dtype not in DTYPE_BYTES or kv_dtype == "int4":
         raise TfcalcError(f"kv_dtype={kv_dtype!r}: expected one of fp32, bf16, fp16, fp8, int8")
@@ -193,5 +193,6 @@ def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1,
     prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len)
     decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len)
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
+    quant = check_quant(dtype, quant) if dtype in DTYPE_BYTES else quant
     return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv, tp, quant),
                          phase_cost(spec, decode, gpu, dtype, kv, tp, quant), tp, quant)
