@@ -25,7 +25,7 @@ a table's is its kind; an elementwise op's its kind. `sublayer` is the block kin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import TfcalcError
 
@@ -205,7 +205,7 @@ class Matmul(Record):
     shares_input: bool = False
     role: str = ""
     sublayer: str = ""
-    parts: tuple[int, ...] = ()
+    parts: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def params_each(self) -> int:

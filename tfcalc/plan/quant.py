@@ -33,8 +33,9 @@ What each format stores for one weight matrix W of k inputs and n outputs (nn.Li
 What stays unquantized in every format: token, position and other tables, norms, biases (kept 16-bit beside a
 quantized matrix), the LM head, MoE routers and shared-expert gates; plus what a config's modules_to_not_convert
 (llm_int8_skip_modules, ...) names. A fused record (tfcalc's q/k/v projection) is counted as the separate
-tensors a checkpoint stores (Matmul.parts); a family whose checkpoint fuses them (GPT-2's c_attn, Falcon's
-query_key_value) differs by the per-tensor constants of the tensors it does not have (1,088 bytes each in nf4).
+tensors a checkpoint stores (Matmul.parts: q, k, v; cross-attention's k, v); a family whose checkpoint fuses them
+(GPT-2's c_attn, Falcon's query_key_value, Phi-3's qkv_proj and gate_up_proj) differs by the per-tensor constants
+of the tensors it does not have (1,088 bytes each in nf4).
 """
 
 from __future__ import annotations

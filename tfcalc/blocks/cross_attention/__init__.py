@@ -16,7 +16,7 @@ def cross_attention(ctx: Ctx) -> list[Op]:
         Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias, split="column"),
         # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
         Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias, split="column",
-               role="encoder_kv"),
+               role="encoder_kv", parts=(spec.d_kv, spec.d_kv)),  # k and v stored apart
         attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
