@@ -105,8 +105,9 @@ def read_hf_config(path: str | Path) -> SpecFile:
     quant = raw.get("quantization_config")  # the checkpoint's storage, not its shapes: tfcalc.plan.quant reads it
     if quant is not None:
         method = quant.get("quant_method") if isinstance(quant, dict) else None
-        notes.append(f"quantization_config (quant_method {show(method)}): the weights' bytes as the checkpoint "
-                     "stores them (--quant none: every tensor 16-bit)")
+        notes.append(f"quantization_config (quant_method {show(method)}): count, inference memory and infer take "
+                     "the weights as the checkpoint stores them (--quant none: 16-bit; a train step's plan is "
+                     "16-bit)")
     family = registry.family(model_type)
     if family.nested is not None:
         raw, model_type = _nested(raw, model_type, family.nested, path, notes)
