@@ -355,3 +355,21 @@ def test_streamed_tidy_outputs_are_the_whole_documents():
     cells = [["" if v is None else str(v) for v in row] for row in spool]
     assert "\n".join(render.tidy_markdown(columns, spool)) == render.to_markdown(
         render.Table("Sweep", columns, cells, right={1, 2}))
+
+
+def test_a_long_sweep_shows_its_progress_on_a_terminal_and_passes_every_point(monkeypatch):
+    from tfcalc import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    points = list(range(cli.SWEEP_PROGRESS))
+    assert list(cli._counting(iter(points), len(points))) == points  # not a terminal here: no bar
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert list(cli._counting(iter(points), len(points))) == points
+    assert f"{len(points):,} points" in terminal.getvalue()  # the bar was drawn (and cleared: transient)
+    short = Terminal()
+    monkeypatch.setattr(sys, "stderr", short)
+    assert list(cli._counting(iter(points[:3]), 3)) == points[:3] and short.getvalue() == ""

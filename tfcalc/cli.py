@@ -490,9 +490,28 @@ def _sweep_points(presets: list[str | None], spec: Path | None, hf_config: Path 
     """Every point of a sweep over the presets (or the one spec, config or set of flags) and the axes."""
     from .sweep import Model, check_size, expand, order
 
-    check_size(len(presets), order(axes))
+    total = check_size(len(presets), order(axes))
     models = [Model.resolve(p, spec, hf_config) for p in presets]
-    return expand(models, overrides, axes)
+    return _counting(expand(models, overrides, axes), total)
+
+
+SWEEP_PROGRESS = 100  # points from which a sweep shows its progress (about a second of counting)
+
+
+def _counting(points, total: int):
+    """The points of a sweep, with a progress bar on stderr while they are worked through: from SWEEP_PROGRESS
+    points on, and only where stderr is a terminal (transient: nothing of it stays, nothing reaches stdout)."""
+    if total < SWEEP_PROGRESS or not sys.stderr.isatty():
+        yield from points
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"{total:,} points", total=total)
+        for point in points:
+            yield point
+            progress.advance(task)
 
 
 def _sweep_header(pairs: list, workload=None) -> list[str]:
