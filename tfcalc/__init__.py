@@ -21,6 +21,7 @@ _EXPORTS = {
     "Workload": ".arch",
     "build": ".arch",
     "CountResult": ".counts",
+    "Adapters": ".plan.adapters",
     "load_preset": ".presets",
     "find_preset": ".presets",
     "list_presets": ".presets",

@@ -25,7 +25,7 @@ a table's is its kind; an elementwise op's its kind. `sublayer` is the block kin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from ..errors import TfcalcError
 
@@ -78,6 +78,35 @@ class Parallel:
         return _ceil(n, split * self.cp)
 
 
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """One linear module of the implementation behind a Matmul record, as a LoRA adapter (PEFT) sees it.
+
+    `target`: the name a user adapts it by (q, k, v, o, gate, up, down, experts; "" for a linear only "all-linear"
+    adapts: a router, a mixer's projection). `out`: its output width. `rank`: its adapter's rank as a multiple of the
+    adapter rank (PEFT gives the routed experts' fused gate_up projection twice the rank: the w1 and w3 it stands
+    for). `delta`: PEFT folds the update B·A into the weight at each forward (its ParamWrapper over a parameter: the
+    experts, the router) instead of running x·A·B beside the frozen matmul. `part`: this record's matrix is part of
+    the module of the record before it (the routed experts' gate is half of gate_up, whose adapter the up record
+    holds): adapted with it, its adapter counted there."""
+
+    target: str
+    out: int
+    rank: int = 1
+    delta: bool = False
+    part: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lora:
+    """A low-rank adapter on a Matmul record: rank r, DoRA's magnitude vector or not, and the targets it adapts
+    (None: every linear but the head, PEFT's "all-linear")."""
+
+    rank: int
+    dora: bool = False
+    targets: frozenset[str] | None = None
+
+
 class Record:
     """What every op record answers. Each figure here raises until a record type defines it. A record type is a
     frozen dataclass (slots) with a `component`, a `role` (a field or a class attribute) and a `sublayer` field,
@@ -89,6 +118,7 @@ class Record:
     windowed = False  # a sliding-window mask (AttentionCore's own)
     expert = False  # routed experts' weights (Matmul's own): sharded over expert-parallel GPUs
     state_bytes = 0  # bytes per element of its `state`; 0: the activations' dtype (an SSM state is fp32: 4)
+    lora = None  # its low-rank adapter (Matmul's own, set by tfcalc.plan.adapters)
 
     def _missing(self, figure: str):
         raise UnsupportedFigure(f"{type(self).__name__} {self.component!r} does not define {figure}: tfcalc "
@@ -176,6 +206,17 @@ class Record:
         """Score elements a recomputed attention core materialises again."""
         return self._missing("scores")
 
+    # ---- fine-tuning with adapters (frozen weights)
+    def adapt(self, lora: Lora):
+        """This record with `lora` on the linears it targets: itself when it has none (no linear module of its own:
+        an attention core, a norm, a table, a convolution, a scan)."""
+        return self
+
+    def frozen_backward(self) -> int:
+        """Backward FLOPs of this op when its own weights are frozen: its input's gradient (and a weight's where an
+        adapter folded into it makes one needed); no adapter's own work (adapter_flops)."""
+        return self._missing("frozen_backward")
+
     def transient(self, par: Parallel) -> int:
         """Bytes this op materialises again in its own backward whatever the recompute mode (a scan run under
         checkpoint brings back its intermediates): on top of what is kept, at the peak. 0: it recomputes nothing."""
@@ -191,8 +232,8 @@ class Matmul(Record):
     "row" (the k inputs; x arrives split), "" (not split: every GPU holds all of W).
     `shares_input`: x is an input an earlier op already keeps (a gate beside its up projection, a parallel block's
     MLP beside attention on one normalised x): kept once.
-    `parts`: the output widths of the separate tensors a checkpoint stores for this fused record (q, k and v of
-    a fused projection); () when it is one tensor."""
+    `linears`: the implementation's linear modules behind it (q, k and v of a fused projection), which are also the
+    separate tensors a checkpoint stores (`parts`)."""
 
     component: str
     m: int
@@ -205,7 +246,16 @@ class Matmul(Record):
     shares_input: bool = False
     role: str = ""
     sublayer: str = ""
-    parts: tuple[int, ...] = field(default=(), repr=False)
+    # the implementation's linear modules behind this record (None: one [k, n] linear, or none when it owns no
+    # matrix; (): none of its own, its matrix is part of another record's module) and its adapter, if any
+    linears: tuple[Linear, ...] | None = None
+    lora: Lora | None = None
+
+    @property
+    def parts(self) -> tuple[int, ...]:
+        """The output widths of the separate tensors a checkpoint stores for this record: its own linears'
+        (q, k and v of a fused projection); () when it has none of its own."""
+        return tuple(linear.out for linear in self.linears or () if not linear.part)
 
     @property
     def params_each(self) -> int:
@@ -309,6 +359,72 @@ class Matmul(Record):
             return None
         # routed experts: an even share of the rows each
         return max(1, self.m // self.weights) if self.weights > 1 else self.m, self.k, self.n
+
+    def modules(self) -> tuple[Linear, ...]:
+        """The linear modules an adapter may target: the builder's, else one [k, n] linear when the record owns a
+        matrix and is not the head (PEFT's "all-linear" leaves the output layer out)."""
+        if self.linears is not None:
+            return self.linears
+        return (Linear("", self.n),) if self.weights and self.role != "head" else ()
+
+    def adapt(self, lora: Lora) -> Matmul:
+        if not any(lora.targets is None or lin.target in lora.targets for lin in self.modules()):
+            return self
+        return replace(self, lora=lora)
+
+    def adapted(self) -> tuple[Linear, ...]:
+        """The modules its adapter adapts."""
+        if self.lora is None:
+            return ()
+        targets = self.lora.targets
+        return tuple(lin for lin in self.modules() if targets is None or lin.target in targets)
+
+    def adapter_params(self) -> int:
+        """Trainable parameters of its adapter: per weight matrix (E for routed experts) and adapted linear, A [k, r]
+        and B [r, out] (r times the linear's rank multiple); DoRA adds a magnitude vector [out]."""
+        lora = self.lora
+        if lora is None:
+            return 0
+        return self.weights * sum(lin.rank * lora.rank * (self.k + lin.out) + (lin.out if lora.dora else 0)
+                                  for lin in self.adapted() if not lin.part)
+
+    def adapter_tensors(self) -> list[int]:
+        """The sizes of its adapter's parameter tensors: A, B (and DoRA's magnitude) per module; PEFT's ParamWrapper
+        stacks the experts' in one A [E r, k] and one B [out, E r]."""
+        lora, out = self.lora, []
+        for lin in self.adapted():
+            if not lin.part:
+                r = lin.rank * lora.rank
+                out += [self.weights * r * self.k, self.weights * r * lin.out] + (
+                    [lin.out] * self.weights if lora.dora else [])
+        return out
+
+    def adapter_flops(self) -> dict[str, int]:
+        """Forward FLOPs of its adapter. x·A·B beside the frozen matmul: [m, k] @ [k, r] and [m, r] @ [r, out];
+        a folded update (delta): B [out, r] @ A [r, k] once per weight matrix per step; DoRA also forms B·A for
+        its weight norm (detached: no backward, as PEFT and the DoRA paper, sec. 4.3)."""
+        lora = self.lora
+        if lora is None:
+            return {}
+        update = dora = 0
+        for lin in self.adapted():
+            r = lin.rank * lora.rank
+            if lin.part:
+                continue
+            if lin.delta:
+                update += self.weights * matmul(lin.out, r, self.k)
+            else:
+                update += matmul(self.m, self.k, r) + matmul(self.m, r, lin.out)
+            if lora.dora:
+                dora += self.weights * matmul(lin.out, r, self.k)
+        return {"adapters": update, "dora norm": dora} if lora.dora else {"adapters": update}
+
+    def frozen_backward(self) -> int:
+        # the input's gradient, [m, n] @ W^T; the weight's only where W is an activation (both operands need a
+        # gradient) or an adapter's update is folded into W (W + B·A needs its gradient to reach A and B)
+        delta = any(lin.delta for lin in self.adapted())
+        weight_grad = delta or (self.weights == 0 and self.role != "head")
+        return matmul(self.m, self.k, self.n) * (2 if weight_grad else 1)
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
         if self.role == "shared_gate":  # sigmoid(x W) * shared: the sigmoid's output [T, 1] and the shared
@@ -464,6 +580,9 @@ class AttentionCore(Record):
     def gemm(self) -> tuple[int, int, int] | None:
         return None  # batched matmuls of activations: no weights
 
+    def frozen_backward(self) -> int:
+        return 2 * sum(self.forward().values())  # no weights: the gradients of q, k and v, as in full training
+
     def scores(self) -> int:
         return self.b * self.h * self.s_q * self.s_k
 
@@ -475,6 +594,9 @@ class _NoMatmul:
     """The figures of a record that does no matmul and caches nothing."""
 
     __slots__ = ()
+
+    def frozen_backward(self) -> int:
+        return 0
 
     def inactive_params(self) -> int:
         return 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..arch import Inventory, Workload, build, validate
+from ..errors import TfcalcError
 from ..spec import ModelSpec
 from . import estimates, folds
 from .breakdown import Breakdown
@@ -107,6 +108,54 @@ class MacCounts:
 
 
 @dataclass(frozen=True)
+class FinetuneCounts:
+    """A fine-tuning step with low-rank adapters on the frozen model: the parameters they train and the step's
+    matmul FLOPs. The frozen linears' backward is their input's gradient alone (1 x forward), the adapters' is
+    2 x theirs, an attention core's 2 x (docs/finetuning.md)."""
+
+    adapters: object  # tfcalc.plan.adapters.Adapters
+    trainable: int
+    frozen: int
+    adapter_forward: int  # x·A·B (or B·A folded into a weight) of every adapted linear
+    dora_norm: int  # DoRA's B·A for its weight norm (forward only: detached)
+    base_forward: int
+    frozen_backward: int
+    tokens: int
+
+    @property
+    def forward(self) -> int:
+        return self.base_forward + self.adapter_forward + self.dora_norm
+
+    @property
+    def backward(self) -> int:
+        return self.frozen_backward + BACKWARD_FACTOR * self.adapter_forward
+
+    @property
+    def train_step(self) -> int:
+        return self.forward + self.backward
+
+    @property
+    def train_per_token(self) -> int | float:
+        return _exact(Fraction(self.train_step, self.tokens))
+
+    def to_dict(self) -> dict:
+        return {"adapters": self.adapters.to_dict(), "trainable_params": self.trainable,
+                "frozen_params": self.frozen, "adapter_forward": self.adapter_forward,
+                "dora_norm_forward": self.dora_norm, "forward": self.forward, "backward": self.backward,
+                "train_step": self.train_step, "train_per_token": self.train_per_token}
+
+
+def finetune(inv: Inventory, adapters, frozen: int) -> FinetuneCounts:
+    """The fine-tuning figures of an inventory whose records carry their adapters."""
+    from ..plan.adapters import trainable_params
+
+    flops = folds._sum((op.adapter_flops(), repeat) for op, repeat in inv if op.lora is not None)
+    return FinetuneCounts(adapters, trainable_params(inv), frozen, flops.get("adapters", 0),
+                          flops.get("dora norm", 0), folds.forward(inv).total,
+                          sum(repeat * op.frozen_backward() for op, repeat in inv), inv.workload.tokens)
+
+
+@dataclass(frozen=True)
 class CountResult:
     spec: ModelSpec
     params: ParamCounts
@@ -116,6 +165,7 @@ class CountResult:
     non_matmul: Breakdown
     crossover: Crossover
     inventory: Inventory
+    finetune: FinetuneCounts | None = None  # with adapters
 
     @property
     def workload(self) -> Workload:
@@ -136,6 +186,7 @@ class CountResult:
             "estimates": {e.name: e.to_dict() for e in self.estimates},
             "non_matmul_flops_estimate": {"forward": self.non_matmul.total, "components": self.non_matmul.to_dict()},
             "attention_vs_mlp": self.crossover.to_dict(),
+            **({"finetune": self.finetune.to_dict()} if self.finetune else {}),
         }
 
 
@@ -150,11 +201,18 @@ def _exact(q: Fraction) -> int | float | str:
         return str(q)
 
 
-def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
+def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> CountResult:
     """Every count tfcalc reports for `spec` on `workload` (default: the spec's own train step of batch_size
-    sequences of seq_len tokens). Parameters do not depend on the workload."""
+    sequences of seq_len tokens). Parameters do not depend on the workload. With `adapters`
+    (`tfcalc.Adapters(rank, targets, dora)`), also a fine-tuning step's figures (`finetune`)."""
     inv = build(spec, workload)
     validate(spec, inv.workload)
+    if adapters is not None:
+        from ..plan.adapters import Adapters, adapt
+
+        if not isinstance(adapters, Adapters):
+            raise TfcalcError(f"adapters: expected a tfcalc.Adapters or None, got {type(adapters).__name__}")
+        inv = adapt(inv, adapters)
     p = folds.params(inv)
     active = p.total - folds.inactive_params(inv)
     # Kaplan's "vocabulary and positional embeddings": the input tables and an untied unembedding
@@ -175,8 +233,9 @@ def count(spec: ModelSpec, workload: Workload | None = None) -> CountResult:
         forward=result_flops.forward,
         train_step=result_flops.train_step,
     )
+    tuned = None if adapters is None else finetune(inv, adapters, p.total)
     return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved()), published,
-                       folds.non_matmul(inv), estimates.crossover(spec, inv), inv)
+                       folds.non_matmul(inv), estimates.crossover(spec, inv), inv, tuned)
 
 
-__all__ = ["count", "CountResult", "Workload", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown", "Estimate", "Crossover"]
+__all__ = ["count", "CountResult", "FinetuneCounts", "Workload", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown", "Estimate", "Crossover"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...arch.builders import BlockKind, Ctx, attention_core, register, sublayer
-from ...arch.ops import AttentionCore, Elementwise, Mask, Matmul, Norm, Op, Table
+from ...arch.ops import AttentionCore, Elementwise, Linear, Mask, Matmul, Norm, Op, Table
 from ...errors import TfcalcError
 
 GATE_FLOPS = 5  # sigmoid (about 4) and the multiply, per element of the attention output
@@ -49,14 +49,22 @@ def attention(ctx: Ctx) -> list[Op]:
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared;
         # + H*dh for the output gate)
         Matmul(ctx.name("attention/qkv"), t, D, H * dh + gate + kv_width, bias=spec.has_qkv_bias, split="column",
-               parts=(H * dh + gate,) + (kv * dh,) * (kv_width // (kv * dh))),  # q (and its gate), k, v stored apart
+               linears=_qkv_linears(H * dh + gate, 0 if shared else kv * dh, k_eq_v)),
         *_qk_norms(ctx),
         *_sinks(ctx),
         replace(core, cached=False, shares_kv=True) if shared else core,
         *_gate(ctx, dh),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
-        Matmul(ctx.name("attention/out"), t, H * dh, D, bias=spec.bias, split="row"),
+        Matmul(ctx.name("attention/out"), t, H * dh, D, bias=spec.bias, split="row", linears=(Linear("o", D),)),
     ])
+
+
+def _qkv_linears(q: int, kv: int, k_eq_v: bool) -> tuple[Linear, ...]:
+    """The fused projection as an adapter sees it: q_proj, k_proj and v_proj, three linears (as Llama, Qwen, Gemma
+    and Mixtral implement them; an implementation that fuses them into one module is not told apart: see
+    docs/finetuning.md). No keys or values of its own (KV sharing): q alone; values that are the keys: no v."""
+    return ((Linear("q", q),) + ((Linear("k", kv),) if kv else ())
+            + ((Linear("v", kv),) if kv and not k_eq_v else ()))
 
 
 def _gate(ctx: Ctx, dh: int) -> list[Op]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...arch.builders import BlockKind, Ctx, attention_core, register, sublayer
-from ...arch.ops import Mask, Matmul, Op
+from ...arch.ops import Linear, Mask, Matmul, Op
 
 
 def cross_attention(ctx: Ctx) -> list[Op]:
@@ -13,13 +13,15 @@ def cross_attention(ctx: Ctx) -> list[Op]:
     kv_rows = 0 if ctx.workload.phase == "decode" else ctx.b * ctx.src
     return sublayer(ctx, "cross_attention", [
         # decoder x: [T, D] @ W_q: [D, H*dh]
-        Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias, split="column"),
+        Matmul(ctx.name("cross_attention/q"), t, D, spec.d_attn, bias=spec.has_qkv_bias, split="column",
+               linears=(Linear("q", spec.d_attn),)),
         # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
         Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias, split="column",
-               role="encoder_kv", parts=(spec.d_kv, spec.d_kv)),  # k and v stored apart
+               role="encoder_kv", linears=(Linear("k", spec.d_kv), Linear("v", spec.d_kv))),
         attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
-        Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row"),
+        Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row",
+               linears=(Linear("o", D),)),
     ])
 
 

@@ -10,7 +10,7 @@ from ...arch.builders import (
     register,
     sublayer,
 )
-from ...arch.ops import Elementwise, Matmul, Op
+from ...arch.ops import Elementwise, Linear, Matmul, Op
 
 
 def ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: int = 1,
@@ -20,14 +20,30 @@ def ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: i
     spec, D, bias = ctx.spec, ctx.spec.d_model, ctx.spec.has_mlp_bias
     gated = spec.mlp == "gated"
     up, gate, down = (ctx.name(name) for name in names)
-    ops: list[Op] = [Matmul(up, rows, D, width, weights, bias, active, "column")]  # x: [rows, D] @ W_up: [D, F]
+    lin_up, lin_gate, lin_down = _linears(width, D, gated, routed=active is not None)
+    # x: [rows, D] @ W_up: [D, F]
+    ops: list[Op] = [Matmul(up, rows, D, width, weights, bias, active, "column", linears=lin_up)]
     if gated:  # x: [rows, D] @ W_gate: [D, F], the same x as up's
-        ops.append(Matmul(gate, rows, D, width, weights, bias, active, "column", shares_input=True))
-    ops.append(Matmul(down, rows, width, D, weights, bias, active, "row"))  # h: [rows, F] @ W_down: [F, D]
+        ops.append(Matmul(gate, rows, D, width, weights, bias, active, "column", shares_input=True, linears=lin_gate))
+    # h: [rows, F] @ W_down: [F, D]
+    ops.append(Matmul(down, rows, width, D, weights, bias, active, "row", linears=lin_down))
     ops.append(Elementwise(up, "activation", rows * width,  # gated: act(gate) * up keeps both
                            ACTIVATION_FLOPS[spec.activation] + (GATE_MULTIPLY if gated else 0), spec.activation,
                            multiplies=2 if gated else 0))
     return ops
+
+
+def _linears(width: int, D: int, gated: bool, routed: bool) -> tuple[tuple[Linear, ...], ...]:
+    """up, gate and down as an adapter sees them. A dense MLP's (and shared experts'): up_proj, gate_proj, down_proj.
+    Routed experts (transformers 5 stacks them in 3-D parameters, gate_up [E, 2F, D] and down [E, D, F]): PEFT
+    adapts each parameter with its update folded into the weight (ParamWrapper), the fused gate_up at twice the rank
+    (it stands for w1 and w3, each of rank r, as the experts' "experts" or "all-linear" targets give it)."""
+    if not routed:
+        return (Linear("up", width),), (Linear("gate", width),), (Linear("down", D),)
+    if not gated:
+        return (Linear("experts", width, delta=True),), (), (Linear("experts", D, delta=True),)
+    return ((Linear("experts", 2 * width, 2, delta=True),), (Linear("experts", width, 2, delta=True, part=True),),
+            (Linear("experts", D, delta=True),))
 
 
 def mlp(ctx: Ctx) -> list[Op]:

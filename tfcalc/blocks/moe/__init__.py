@@ -6,8 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...arch.builders import RESIDUAL_ADD, BlockKind, Ctx, norm, register, sublayer
-from ...arch.ops import Elementwise, Matmul, Norm, Op, Table
+from ...arch.ops import Elementwise, Linear, Matmul, Norm, Op, Table
 from ..mlp import d_ff, ffn
+
+
+def router(E: int) -> tuple[Linear, ...]:
+    """transformers 5's router holds its weight [E, D] itself (not an nn.Linear): PEFT's "all-linear" adapts it as a
+    parameter, its update folded into the weight (ParamWrapper)."""
+    return (Linear("", E, delta=True),)
 
 
 def moe(ctx: Ctx) -> list[Op]:
@@ -17,7 +23,7 @@ def moe(ctx: Ctx) -> list[Op]:
     E, k = spec.n_experts, spec.top_k
     if spec.moe_beside_mlp:
         return _moe_beside_mlp(ctx)
-    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router"),  # [T, D] @ [D, E]
+    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router", linears=router(E)),  # [T, D] @ [D, E]
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
     # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
@@ -46,7 +52,7 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
         norm(ctx, "mlp/branch_norm", t),
         Norm(ctx.name("moe/router_norm"), "rmsnorm", t, D, shares_input=True),  # x kept once (mlp/norm's)
         Table(ctx.name("moe/expert_scale"), 1, E, "scale"),  # [E]
-        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router"),  # [T, D] @ [D, E]
+        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router", linears=router(E)),  # [T, D] @ [D, E]
         Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D + k),  # softmax, weights, expert scales
         replace(norm(ctx, "moe/norm", t), shares_input=True),  # the same x as mlp/norm's
         # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token

@@ -1,0 +1,136 @@
+"""Low-rank adapters (LoRA, DoRA) on a frozen model: which linears they adapt, refused where the model cannot take
+them, and the inventory with each adapted Matmul record carrying its adapter (`tfcalc.arch.ops.Lora`). The
+records answer the figures themselves (`adapter_params`, `adapter_flops`, `adapter_tensors`, `frozen_backward`);
+nothing here tests a component's name. No torch.
+
+    >>> from tfcalc import load_preset
+    >>> from tfcalc.arch import build
+    >>> inv = adapt(build(load_preset("llama3-8b")), Adapters(rank=16))
+    >>> trainable_params(inv)   # 32 * 16 * (q 4096+4096, k 4096+1024, v 4096+1024, o 4096+4096, gate, up, down)
+    41943040
+
+Targets follow PEFT's `LoraConfig(target_modules=...)`: "all-linear" (PEFT's shorthand: every linear but the output
+layer, a router included), "attention" (q, k, v, o), "mlp" (gate, up, down and routed experts), or a comma list of
+q, k, v, o, gate, up, down, experts. docs/finetuning.md has the arithmetic and the conventions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..arch.ops import Lora
+from ..errors import TfcalcError
+
+if TYPE_CHECKING:
+    from ..arch import Inventory
+
+NAMES = ("q", "k", "v", "o", "gate", "up", "down", "experts")
+GROUPS: dict[str, frozenset[str] | None] = {
+    "all-linear": None,
+    "attention": frozenset({"q", "k", "v", "o"}),
+    "mlp": frozenset({"gate", "up", "down", "experts"}),
+}
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """LoRA of `rank` on `targets` ("all-linear", "attention", "mlp" or a comma list of NAMES); `dora`: DoRA (a
+    magnitude vector per adapted linear's outputs)."""
+
+    rank: int
+    targets: str = "all-linear"
+    dora: bool = False
+
+    def __post_init__(self):
+        rank = self.rank
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise TfcalcError(f"lora_rank={rank!r}: expected a positive integer")
+        if not isinstance(self.dora, bool):
+            raise TfcalcError(f"dora={self.dora!r}: expected true or false")
+        self.names()  # refuses an unknown target
+
+    def names(self) -> frozenset[str] | None:
+        """The target names (None: all-linear)."""
+        text = self.targets
+        if not isinstance(text, str) or not text.strip():
+            raise TfcalcError(f"lora_targets={text!r}: expected all-linear, attention, mlp or a comma list of "
+                              f"{', '.join(NAMES)}")
+        if text in GROUPS:
+            return GROUPS[text]
+        names = [name.strip() for name in text.split(",")]
+        unknown = [name for name in names if name not in NAMES]
+        if unknown or not all(names):
+            raise TfcalcError(f"lora_targets={text!r}: {', '.join(map(repr, unknown)) or 'an empty name'} is not a "
+                              f"target (all-linear, attention, mlp or a comma list of {', '.join(NAMES)})")
+        return frozenset(names)
+
+    def lora(self) -> Lora:
+        return Lora(self.rank, self.dora, self.names())
+
+    def describe(self) -> str:
+        return f"{'DoRA' if self.dora else 'LoRA'} rank {self.rank} on {self.targets}"
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "targets": self.targets, "dora": self.dora}
+
+
+def adapters(rank: int | None, targets: str | None = None, dora: bool = False) -> Adapters | None:
+    """The adapters the flags ask for, or None without a rank; a target list or --dora without a rank is refused
+    (never dropped)."""
+    if rank is None:
+        if dora:
+            raise TfcalcError("dora=True: DoRA needs a LoRA rank (--lora-rank R)")
+        if targets is not None:
+            raise TfcalcError(f"lora_targets={targets!r}: adapter targets need a LoRA rank (--lora-rank R)")
+        return None
+    return Adapters(rank, "all-linear" if targets is None else targets, dora)
+
+
+def adapt_groups(groups, adapters: Adapters, label: str = "the model") -> list:
+    """The groups with every Matmul record that has a target carrying its adapter; refused when a named target is
+    not in the model, when the rank is past a named target's width, or when DoRA meets an update PEFT folds into a
+    weight (its ParamWrapper does not take DoRA)."""
+    lora = adapters.lora()
+    wanted = lora.targets
+    out, found = [], set()
+    for group in groups:
+        ops = []
+        for op in group.ops:
+            adapted = op.adapt(lora)
+            for lin in adapted.adapted() if adapted is not op else ():
+                found.add(lin.target)
+                width = min(adapted.k, lin.out)
+                if lin.target and lin.rank * lora.rank > width:
+                    raise TfcalcError(f"lora_rank={adapters.rank}: past the width of {label}'s {lin.target} linear "
+                                      f"({adapted.k} -> {lin.out}: a rank-{lin.rank * lora.rank} update, at most "
+                                      f"{width})")
+                if lora.dora and lin.delta:
+                    raise TfcalcError(f"dora=True: PEFT's DoRA does not adapt {label}'s "
+                                      f"{lin.target or adapted.role} weights (held as a parameter and adapted by its "
+                                      "ParamWrapper, which refuses DoRA); pick targets without them, e.g. "
+                                      "lora_targets='attention'")
+            ops.append(adapted)
+        out.append(replace(group, ops=tuple(ops)))
+    if wanted is None:
+        if not found:
+            raise TfcalcError(f"lora_targets='all-linear': {label} has no linear to adapt")
+    else:
+        named = [name for name in sorted(wanted, key=NAMES.index) if name not in found]
+        if named and (adapters.targets not in GROUPS or not found):
+            raise TfcalcError(f"lora_targets={adapters.targets!r}: {label} has no {', '.join(named)} linear"
+                              f"{'s' if len(named) > 1 else ''}")
+    return out
+
+
+def adapt(inv: Inventory, adapters: Adapters | None) -> Inventory:
+    """The inventory with its adapters on (unchanged without)."""
+    if adapters is None:
+        return inv
+    return replace(inv, groups=tuple(adapt_groups(inv.groups, adapters, inv.spec.label)))
+
+
+def trainable_params(inv: Inventory) -> int:
+    """Parameters the adapters train: every adapted record's, once per set of its weights."""
+    return sum(repeat * op.adapter_params() for op, repeat in inv.parameters() if op.lora is not None)
+
