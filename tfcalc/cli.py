@@ -27,6 +27,7 @@ from . import __version__, render
 from .counts import count
 from .errors import TfcalcError, validation_lines
 from .interrupts import EXIT_INTERRUPTED, import_torch
+from .plan.adapters import adapters
 from .presets import list_presets
 from .render import Format
 from .sizes import MAX_DIGITS
@@ -294,6 +295,19 @@ _TRAINING = "Training (any of these plans a train step: memory per GPU)"
 
 def _training_opt(flag: str, text: str, **kw):
     return typer.Option(flag, rich_help_panel=_TRAINING, show_default=False, help=text, **kw)
+
+
+_ADAPTERS = "Adapters (LoRA, DoRA)"
+LoraRankOpt = Annotated[Optional[int], typer.Option("--lora-rank", parser=_integer, metavar="R",
+                                                    rich_help_panel=_ADAPTERS, show_default=False, help=(
+    "Fine-tune with LoRA adapters of rank R on a frozen model: trainable parameters, the step's FLOPs (and, in "
+    "memory's train phase, its bytes)."))]
+LoraTargetsOpt = Annotated[Optional[str], typer.Option("--lora-targets", metavar="all-linear|attention|mlp|LIST",
+                                                       rich_help_panel=_ADAPTERS, show_default=False, help=(
+    "The linears adapted: all-linear (default: PEFT's, every linear but the head), attention (q,k,v,o), mlp "
+    "(gate,up,down,experts) or a comma list of q, k, v, o, gate, up, down, experts."))]
+DoraOpt = Annotated[bool, typer.Option("--dora", rich_help_panel=_ADAPTERS, help=(
+    "DoRA: a magnitude vector per adapted linear's outputs beside LoRA's A and B (needs --lora-rank)."))]
 
 
 def _print_tables(tables: list[render.Table], fmt: Format, lines: list[str] = ()) -> None:
@@ -571,10 +585,12 @@ def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
 def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
               hf_config: HfOpt = None, phase: PhaseOpt = None, context: SweepContextOpt = None,
               src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, quant: QuantOpt = None,
-              plot: PlotOpt = None, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+              plot: PlotOpt = None, lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None,
+              dora: DoraOpt = False, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Exact parameters and FLOPs of one model on one workload, by component; with lists or ranges (--seq-len
     1k..32kx2, -p gpt2,gpt2-medium), one row per point. With --quant (or a config's quantization_config): the
     weights' bytes as stored."""
+    tuned = adapters(lora_rank, lora_targets, dora)
     single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
     context, src_len, tgt_len = single["context"], single["src_len"], single["tgt_len"]
     presets = _presets(preset)
@@ -587,7 +603,7 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         q = _quant(quant, hf_config, None)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
                                 overrides.get("seq_len"))
-        result = count(model_spec, workload)
+        result = count(model_spec, workload, adapters=tuned)
         stored = None
         if q is not None:
             from .plan.quant import weight_bytes
@@ -614,6 +630,9 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
                           "list (or use tfcalc memory, which takes --quant over a sweep)")
     from .sweep import count_points, count_row, order
 
+    if tuned is not None:
+        raise TfcalcError(f"--lora-rank={lora_rank}: adapters are counted for one model at one workload, not over a "
+                          "sweep (give single values)")
     axes = order(axes)
     path = _plot_start(plot)
     if path is not None:

@@ -271,8 +271,30 @@ def crossover_line(result: CountResult) -> str:
             + (f", other sequence mixers {pct(c.mixer_share)}." if c.mixer_share else "."))
 
 
+def finetune_table(result: CountResult) -> Table:
+    """A fine-tuning step with adapters: what they train beside the frozen model, and the step's FLOPs."""
+    t = result.finetune
+    rows = [
+        ["parameters", "trainable (adapters)", exact(t.trainable), human(t.trainable)],
+        ["", "frozen (the model)", exact(t.frozen), human(t.frozen)],
+        ["FLOPs", "adapters' forward", exact(t.adapter_forward), sci(t.adapter_forward)],
+        ["", "forward", exact(t.forward), sci(t.forward)],
+        ["", "backward", exact(t.backward), sci(t.backward)],
+        ["", "fine-tuning step", exact(t.train_step), sci(t.train_step)],
+        ["", "step per token", exact(t.train_per_token), sci(t.train_per_token)],
+    ]
+    if t.dora_norm:
+        rows.insert(3, ["", "DoRA's weight norm (B·A)", exact(t.dora_norm), sci(t.dora_norm)])
+    caption = (f"{t.adapters.describe()}: trainable {pct(share(t.trainable, t.frozen))} of the frozen model. "
+               "Frozen linears' backward = their forward (input gradients only), the adapters' 2x theirs, attention "
+               "cores' 2x (docs/finetuning.md).")
+    return Table("Fine-tuning with adapters", ["", "figure", "exact", "readable"], rows, caption, right={2, 3},
+                 optional=[2], label_columns=2)
+
+
 def count_tables(result: CountResult) -> list[Table]:
-    return [summary_table(result), component_table(result), estimates_table(result), non_matmul_table(result)]
+    tables = [summary_table(result), component_table(result), estimates_table(result), non_matmul_table(result)]
+    return tables[:1] + [finetune_table(result)] + tables[1:] if result.finetune is not None else tables
 
 
 COMPARE_ROWS: list[tuple[str, str, Any]] = [

@@ -212,6 +212,9 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
 
         if not isinstance(adapters, Adapters):
             raise TfcalcError(f"adapters: expected a tfcalc.Adapters or None, got {type(adapters).__name__}")
+        if inv.workload.phase != "train":
+            raise TfcalcError(f"lora_rank={adapters.rank}: adapters are counted on a fine-tuning step, phase 'train' "
+                              f"(got phase={inv.workload.phase!r})")
         inv = adapt(inv, adapters)
     p = folds.params(inv)
     active = p.total - folds.inactive_params(inv)
