@@ -207,6 +207,11 @@ class Record:
         return self._missing("scores")
 
     # ---- fine-tuning with adapters (frozen weights)
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        """What it keeps for backward when the model's weights are frozen and adapters train: `grad`, whether its
+        input carries a gradient (an adapter runs before it). Without one, autograd records nothing."""
+        return self._missing("saved_frozen")
+
     def adapt(self, lora: Lora):
         """This record with `lora` on the linears it targets: itself when it has none (no linear module of its own:
         an attention core, a norm, a table, a convolution, a scan)."""
@@ -419,6 +424,32 @@ class Matmul(Record):
                 dora += self.weights * matmul(lin.out, r, self.k)
         return {"adapters": update, "dora norm": dora} if lora.dora else {"adapters": update}
 
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        """A frozen linear keeps nothing of its own (torch saves x only for the weight's gradient, which a frozen
+        weight does not have; its input's gradient needs W alone). Its adapter keeps x (for A's gradient) and
+        x·A [m, r] per x·A·B (for B's); an update folded into the weight keeps x and the merged weight W + B·A
+        (an activation now: the matmul needs it for x's gradient). The head's loss, a pooler's tanh output, an
+        activation operand (W = 0 matrices of its own) keep what they keep in full training."""
+        if self.role in ("head", "pooler", "shared_gate") or (self.weights == 0 and self.role == ""):
+            kept = self.saved(a, recompute, par) if grad or self.role == "head" else {}
+            if self.role == "head":
+                kept = {k: v for k, v in kept.items() if k != "input"}
+            return kept
+        adapted = [lin for lin in self.adapted() if not lin.part]
+        if not adapted or self.m == 0:
+            return {}
+        split = par.tp if self.split == "row" else par.whole
+        # an input shared with the linear before it (a gate beside up) is kept once, by whichever keeps it first
+        kept = {"shared input" if self.shares_input else "input": par.part(self.m * self.k * a, split)}
+        rank = self.lora.rank
+        low = sum(self.m * lin.rank * rank for lin in adapted if not lin.delta)
+        merged = sum(self.weights * self.k * lin.out for lin in adapted if lin.delta)
+        if low:
+            kept["adapter"] = par.part(low * a, par.whole)
+        if merged:
+            kept["merged weight"] = merged * a
+        return kept
+
     def frozen_backward(self) -> int:
         # the input's gradient, [m, n] @ W^T; the weight's only where W is an activation (both operands need a
         # gradient) or an adapter's update is folded into W (W + B·A needs its gradient to reach A and B)
@@ -583,6 +614,9 @@ class AttentionCore(Record):
     def frozen_backward(self) -> int:
         return 2 * sum(self.forward().values())  # no weights: the gradients of q, k and v, as in full training
 
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        return self.saved(a, recompute, par) if grad else {}
+
     def scores(self) -> int:
         return self.b * self.h * self.s_q * self.s_k
 
@@ -597,6 +631,10 @@ class _NoMatmul:
 
     def frozen_backward(self) -> int:
         return 0
+
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        # a norm, an activation, a table keep for their input's gradient what they keep in full training
+        return self.saved(a, recompute, par) if grad else {}
 
     def inactive_params(self) -> int:
         return 0

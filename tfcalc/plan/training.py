@@ -44,6 +44,7 @@ from ..arch.inventory import stages as inventory_stages
 from ..arch.ops import STAT_BYTES, Matmul, Op, Parallel
 from ..errors import TfcalcError, check_capacity
 from ..spec import ModelSpec
+from .adapters import Adapters, adapt_groups
 
 
 @dataclass(frozen=True)
@@ -213,22 +214,38 @@ def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout, expert_sca
     return _ceil(kept, whole * layout.cp)
 
 
-def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout) -> tuple[dict[str, int], int]:
+def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout,
+                     grad: bool | None = None) -> tuple[dict[str, int], int]:
     """Per component, the bytes one instance of `ops` keeps for backward (one microbatch), and apart from them the
-    encoder output its cross-attentions read (one tensor, kept once however many read it)."""
+    encoder output its cross-attentions read (one tensor, kept once however many read it). `grad`: None in full
+    training; with adapters on frozen weights, whether a gradient flows into the ops (an adapter ran before them):
+    each op keeps what it needs for its input's gradient and its adapter's (`saved_frozen`)."""
     out: dict[str, int] = {}
     par = Parallel(layout.tp, layout.cp, layout.sp)
     encoder_output = 0
     router = routing = None
     expert_scale = any(op.role == "scale" for op in ops)
+    input_kept = False  # by the last linear that does not share its input
     for op in ops:
-        saved = op.saved(a, recompute, par)
+        if grad is None:
+            saved = op.saved(a, recompute, par)
+        else:
+            saved = op.saved_frozen(a, recompute, par, grad)
+            if "shared input" in saved:
+                shared = saved.pop("shared input")
+                if not input_kept:
+                    saved["input"] = shared
+                    input_kept = True
+            elif op.names() and op.forward():  # a linear (or core) that reads an input of its own
+                input_kept = "input" in saved
+            grad = grad or op.lora is not None
         if op.role == "router":
             router = op
         elif op.role == "routing":
             routing = op.component
         elif router is not None and op.expert:
-            out[routing] = out.get(routing, 0) + _routing(router, op, a, layout, expert_scale)
+            if grad is None or grad:
+                out[routing] = out.get(routing, 0) + _routing(router, op, a, layout, expert_scale)
             router = None
         if op.role == "encoder_kv":
             encoder_output = sum(saved.values())
@@ -266,13 +283,15 @@ def _stack_extras(ctx: Ctx, recompute: str) -> tuple[Kept, Kept]:
     return once, per_stage
 
 
-def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str) -> list[list[_Part]]:
+def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, adapters=None) -> list[list[_Part]]:
     """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
     evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
     stage that holds some of its blocks)."""
     extras = {stack.name: _stack_extras(Ctx(spec, workload, stack), recompute) for stack in stacks(spec)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
+        if adapters is not None:
+            groups = adapt_groups(groups, adapters, spec.label)
         parts: list[_Part] = []
         with_stage_extras: set[str] = set()
         for g in groups:
@@ -303,6 +322,7 @@ class StageMemory:
     transient: int  # the backward's largest extra at once (estimate)
     transient_step: int  # the end of backward's (a tied table's gradients summed) or the step's extra
     tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
+    trainable: int | None = None  # with adapters: the parameters they train on one GPU of this stage
 
     @property
     def peak(self) -> int:
@@ -325,6 +345,7 @@ class TrainingMemory:
     capacity_bytes: int | None = None
     gpu_name: str | None = None
     smallest: TrainingMemory | None = field(default=None, compare=False)
+    adapters: Adapters | None = None  # a fine-tuning step of adapters on the frozen model
 
     @property
     def weights(self) -> int:
@@ -377,12 +398,26 @@ class TrainingMemory:
             "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
             "smallest_layout": None if self.smallest is None else {
                 **self.smallest.layout.to_dict(), "peak_bytes": self.smallest.peak},
+            **({"adapters": self.adapters.to_dict(), "trainable_params_per_gpu": s.trainable,
+                "frozen_weights_bytes": frozen_weight_bytes(s.params - s.trainable, PRECISIONS[self.precision])}
+               if self.adapters is not None else {}),
         }
 
 
+def frozen_weight_bytes(numel: int, recipe: Recipe) -> int:
+    """Bytes of `numel` frozen weights (adapters train, the model does not): in the recipe's weight dtype, no
+    gradient, no optimizer state, no master copy. One function, so that a quantized base can replace it."""
+    return numel * recipe.weights
+
+
 def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recipe, optimizer: str,
-                  recompute: str, layout: Layout, last: bool) -> StageMemory:
+                  recompute: str, layout: Layout, last: bool, tuned: bool = False) -> StageMemory:
+    """One stage's memory. `tuned`: adapters train on frozen weights (the parts' records carry them): the model's
+    weights are frozen bytes alone, the adapters' tensors get the recipe's gradients, states and masters, and each
+    op keeps what the adapters' backward needs (no gradient flows before the first adapter)."""
     pp = layout.pp
+    frozen = 0
+    grad = False
     dense = expert = 0
     weights_numel: list[tuple[int, bool, int]] = []  # (size, a routed expert's?, how many)
     a = recipe.activations
@@ -396,11 +431,25 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         for op in part.ops:
             copy_tied = last and pp > 1 and op.role == "head"
             sizes = op.tensors(layout.tp, layout.ep, copy_tied)  # this GPU's share of each parameter tensor
-            for n in sizes:
-                weights_numel.append((n, op.expert, part.repeat if part.copies is None else part.copies))
-                largest_tensor = max(largest_tensor, n)
+            sets = part.repeat if part.copies is None else part.copies
             block_params += sum(sizes)
-        full, kv = _ops_activations(part.ops, a, recompute, layout)
+            if tuned:
+                frozen += sum(sizes) * sets
+                sizes = op.adapter_tensors() if op.lora is not None else []
+                block_params += sum(sizes)
+            for n in sizes:
+                weights_numel.append((n, op.expert, sets))
+                largest_tensor = max(largest_tensor, n)
+        repeat = part.repeat
+        if tuned:
+            # the first instance may run with no gradient flowing in (no adapter before it), the others with one
+            first, kv = _ops_activations(part.ops, a, recompute, layout, grad=grad)
+            grad = grad or any(op.lora is not None for op in part.ops)
+            full = _ops_activations(part.ops, a, recompute, layout, grad=grad)[0] if repeat > 1 else first
+            totals = {k: first.get(k, 0) + full.get(k, 0) * (repeat - 1) for k in dict.fromkeys([*first, *full])}
+        else:
+            full, kv = _ops_activations(part.ops, a, recompute, layout)
+            totals = {k: v * repeat for k, v in full.items()}
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
         # what an op brings back in its own backward whatever the mode (a checkpointed scan's intermediates)
@@ -412,14 +461,15 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             kept = {"block input": _ceil(first.elements * a, (layout.tp if layout.sp and layout.tp > 1
                                                               else 1) * layout.cp)}
             recompute_extra = max(recompute_extra, sum(full.values()) + own)
+            kept = {k: v * repeat for k, v in kept.items()}
         else:
-            kept = full
+            kept = totals
             recompute_extra = max(recompute_extra, own)
             if recompute == "selective" and part.block:
                 recompute_extra = max(recompute_extra, max(
                     (_ceil(op.scores() * a, layout.tp * layout.cp) for op in part.ops), default=0))
         for k, v in kept.items():
-            per_mb[k] = per_mb.get(k, 0) + v * part.repeat
+            per_mb[k] = per_mb.get(k, 0) + v
         for what, elements, size in part.extras:
             per_mb[what] = per_mb.get(what, 0) + _ceil(elements * (size or a), layout.cp)
         if part.block:
@@ -431,7 +481,8 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     counter = STEP_COUNTER if optimizer == "adamw" else 0
-    raw = [ModelStates(n * recipe.weights, n * recipe.grads,
+    raw = [ModelStates(n * recipe.weights + (frozen_weight_bytes(frozen, recipe) if not is_expert else 0),
+                       n * recipe.grads,
                        sum((state_bytes(size, optimizer, recipe) + counter) * r for size, e, r in weights_numel
                            if e == is_expert), n * recipe.master)
            for n, is_expert in ((dense, False), (expert, True))]
@@ -444,11 +495,12 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
     # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
     tied = next((op for part in parts for op in part.ops if op.role == "token"), None)
-    shared = tied is not None and head is not None and head.weights == 0
+    shared = tied is not None and head is not None and head.weights == 0 and not tuned  # frozen: no gradient
     step = max(largest_tensor * 4 if recipe.master else 0,
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
     tensors = sum(r for _, _, r in weights_numel)
-    stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors)
+    stage = StageMemory(index, dense + expert + frozen, states, activations, per_mb, microbatches, transient, step,
+                        tensors, dense + expert if tuned else None)
     return stage, raw, 2 * gather
 
 
@@ -490,10 +542,15 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
 
 def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
                     recompute: str = "none", layout: Layout | None = None, capacity_bytes: int | None = None,
-                    gpu_name: str | None = None, search: dict | None = None) -> TrainingMemory:
+                    gpu_name: str | None = None, search: dict | None = None,
+                    adapters: Adapters | None = None) -> TrainingMemory:
     """Training memory per GPU of `spec` on a train `workload` (its batch_size the micro batch), with a recipe,
     an optimizer, a recomputation policy and a parallel layout; the worst pipeline stage. With a GPU's capacity,
-    whether it fits; with `search` (the layout fields the user fixed), also the smallest layout that fits."""
+    whether it fits; with `search` (the layout fields the user fixed), also the smallest layout that fits. With
+    `adapters` (`tfcalc.Adapters`): a fine-tuning step of LoRA/DoRA adapters on the frozen model (data parallel
+    and ZeRO only)."""
+    if adapters is not None and not isinstance(adapters, Adapters):
+        raise TfcalcError(f"adapters: expected a tfcalc.Adapters or None, got {type(adapters).__name__}")
     if not isinstance(workload, Workload) or workload.phase != "train":
         raise TfcalcError("workload: training memory is for phase 'train' (inference memory is "
                           "tfcalc.plan.memory.inference_memory)")
@@ -514,30 +571,43 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
         workload = workload.model_copy(update={"src_len": workload.seq_len})
     validate(spec, workload)
     check_layout(spec, workload, layout)
-    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, {})
+    if adapters is not None:
+        split = [f"{k}={getattr(layout, k)}" for k in ("tp", "pp", "ep", "cp") if getattr(layout, k) > 1]
+        if split:
+            raise TfcalcError(f"{split[0]}: adapters are planned with data parallelism and ZeRO only (the model "
+                              "whole on each GPU)")
+        if spec.parallel_block != "none":
+            raise TfcalcError(f"lora_rank={adapters.rank}: adapters' memory is not modelled for a parallel block "
+                              f"(parallel_block={spec.parallel_block!r}: attention and MLP read one input)")
+    cache: dict = {"adapters": adapters}
+    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, cache)
     if search is not None and capacity_bytes is not None:
+        if adapters is not None:
+            search = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "sp": False, **search}
         result = replace(result, smallest=smallest_layout(spec, workload, precision, optimizer, recompute,
-                                                          capacity_bytes, search))
-    return result
+                                                          capacity_bytes, search, adapters))
+    return replace(result, adapters=adapters)
 
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
           cache: dict, estimate: bool = True) -> TrainingMemory:
     key = layout.pp, recompute
+    adapters = cache.get("adapters")
     if key not in cache:
-        cache[key] = _stages(spec, workload, layout.pp, recompute)
+        cache[key] = _stages(spec, workload, layout.pp, recompute, adapters)
     all_parts = cache[key]
     stages = []
     for i, parts in enumerate(all_parts):  # a stage's figures once per shape; ZeRO and dp only reshard them
         shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, recompute, precision, optimizer)
         if shape not in cache:
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
-                                         i == layout.pp - 1)
+                                         i == layout.pp - 1, adapters is not None)
         base, raw, gather = cache[shape]
         stages.append(replace(base, states=_sharded(raw, layout),
                               transient=base.transient + (gather if layout.zero >= 3 else 0)))
     worst = max(stages, key=lambda s: (s.peak, -s.stage))
-    published = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage]) if estimate else None
+    published = (_korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage])
+                 if estimate and adapters is None else None)  # the published figure is full training's
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
                           tuple(s.params for s in stages), published, capacity_bytes, gpu_name)
 
@@ -566,14 +636,14 @@ def _beyond(spec, workload, recipe, precision, optimizer, recompute, layout, cap
 
 
 def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimizer: str, recompute: str,
-                    capacity_bytes: int, fixed: dict) -> TrainingMemory | None:
+                    capacity_bytes: int, fixed: dict, adapters: Adapters | None = None) -> TrainingMemory | None:
     """The layout with the fewest GPUs whose worst stage's peak fits in `capacity_bytes`, keeping the layout
     fields in `fixed` as given. Searched: tp 1-8 (one node), pp and dp powers of two, ZeRO 0-3, ep powers of two
     dividing n_experts; ties go to the least sharding (lower ZeRO stage, then smaller tp, then pp). Context
     parallelism (powers of two up to MAX_CP) and sequence parallelism are searched too when nothing fits without
     them (a long context): they cost only when needed. None when nothing up to 65,536 GPUs fits."""
     recipe = PRECISIONS[precision]
-    caches: dict = {}
+    caches: dict = {"adapters": adapters}
     best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches,
                    [fixed.get("cp", 1)], [fixed.get("sp", False)])
     if best is None and not ("cp" in fixed and "sp" in fixed):
