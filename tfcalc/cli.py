@@ -740,6 +740,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
               no_transformers: Annotated[bool, typer.Option("--no-transformers", help=(
                   "With --hf-config: skip the check against transformers' own model class built from the "
                   "config."))] = False,
+              lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Hold the counts against FlopCounterMode and fvcore on the real PyTorch model, built for the workload;
     with --memory, the training memory against torch's MemTracker. With --hf-config, also against transformers'
@@ -750,6 +751,9 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     mismatch, 2 on bad input."""
     given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute))
              if v is not None]
+    tuned = adapters(lora_rank, lora_targets, dora)
+    if tuned is not None:
+        given.append(f"--lora-rank={lora_rank}")
     if given and not memory:
         raise TfcalcError(f"{given[0]}: a training-memory flag; add --memory")
     if memory and (train or (phase is not None and phase is not Phase.train) or context is not None):
@@ -757,7 +761,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         raise TfcalcError(f"{what}: --memory checks a train step (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
-                      recompute, fmt, as_json)
+                      recompute, fmt, as_json, tuned)
         return
     import_torch("tfcalc check")
     from .verify import check
@@ -815,7 +819,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
 
 def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer, recompute,
-                  fmt, as_json) -> None:
+                  fmt, as_json, tuned=None) -> None:
     from .plan.training import OPTIMIZERS, PRECISIONS, RECOMPUTE
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
@@ -834,7 +838,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     if device.split(":")[0] not in DEVICES:
         raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (or cuda:N)")
     with _progress(f"measuring a train step with MemTracker on {device} ..."):
-        report = check_memory(model_spec, workload, precision, optimizer, recompute, device)
+        report = check_memory(model_spec, workload, precision, optimizer, recompute, device, tuned)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(report.to_dict()))
@@ -1056,6 +1060,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                    "With --serve: the profiling pass's activation peak, GiB, as vLLM logs it (default: "
                    "tfcalc's estimate)."), parser=_fraction_text, metavar="GIB")] = None,
                plot: PlotOpt = None,
+               lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
                fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Memory per GPU. Training (--phase train or any training flag): weights, gradients, optimizer states,
     master weights and activations on a parallel layout. Inference (default: decode): weights by dtype and
@@ -1087,6 +1092,9 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
                                             ("recompute", recompute)) if v is not None]
     training_flags += [f"--{k}" for k in layout_flags]
+    tuned = adapters(lora_rank, lora_targets, dora)
+    if tuned is not None:
+        training_flags.append(f"--lora-rank={lora_rank}")
     inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype), ("--quant", quant),
                                       ("--context", context if "context" not in axes else axes["context"]))
                        if v is not None]
@@ -1124,7 +1132,8 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
 
             workload = workload_for(p.spec, "train", None, src, tgt, p.overrides.get("seq_len"))
             return training_memory(p.spec, workload, precision or "bf16-mixed", optimizer or "adamw",
-                                   recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags)
+                                   recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags,
+                                   adapters=tuned)
         from .plan.memory import inference_memory
 
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))

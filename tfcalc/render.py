@@ -411,6 +411,13 @@ def training_memory_table(m) -> Table:
     rows = [["weights", recipe, exact(m.weights), binary_bytes(m.weights)],
             ["gradients", recipe, exact(m.gradients), binary_bytes(m.gradients)],
             ["optimizer states", m.optimizer, exact(m.optimizer_states), binary_bytes(m.optimizer_states)]]
+    if m.adapters is not None:  # the frozen model's weights and the adapters' apart; the rest is the adapters'
+        d = m.to_dict()
+        frozen, trainable = d["frozen_weights_bytes"], m.weights - d["frozen_weights_bytes"]
+        rows[1:1] = [["· frozen model", f"{s.params - s.trainable:,} params", exact(frozen), binary_bytes(frozen)],
+                     ["· adapters", f"{s.trainable:,} params", exact(trainable), binary_bytes(trainable)]]
+        rows[3][1] = f"{recipe}, adapters only"
+        rows[4][1] = f"{m.optimizer}, adapters only"
     if m.master_weights:
         rows.append(["master weights", "fp32", exact(m.master_weights), binary_bytes(m.master_weights)])
     what = f"recompute {m.recompute}" + (f", {s.microbatches} microbatches" if s.microbatches > 1 else "")
@@ -434,7 +441,10 @@ def training_memory_table(m) -> Table:
     caption = (f"per GPU, {lay.describe()}{stage}; micro batch B={w.batch_size} of {w.seq_len:,} tokens. "
                "Activations are what each op keeps for backward, no dropout; peak adds the backward's and the "
                "step's transients (docs/planning.md).")
-    return Table("Training memory", ["", "what", "bytes", "readable"], rows, caption, right={2, 3},
+    if m.adapters is not None:
+        caption += (f" {m.adapters.describe()} on the frozen model: gradients, optimizer states and master weights "
+                    "for the adapters alone; a frozen linear keeps no input (docs/finetuning.md).")
+    return Table("Training memory" + (" (fine-tuning with adapters)" if m.adapters is not None else ""), ["", "what", "bytes", "readable"], rows, caption, right={2, 3},
                  optional=[3], label_columns=1)
 
 

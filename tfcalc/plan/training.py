@@ -78,6 +78,7 @@ def _choice(value: str, field_name: str, allowed) -> str:
     return value
 
 
+INDEX_BYTES = 8  # int64 ids (learned positions', relative buckets'): kept by a lookup for its table's gradient
 STEP_COUNTER = 4  # torch's AdamW keeps its step count as one fp32 tensor per parameter tensor
 
 
@@ -471,6 +472,8 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         for k, v in kept.items():
             per_mb[k] = per_mb.get(k, 0) + v
         for what, elements, size in part.extras:
+            if tuned and size == INDEX_BYTES:  # ids a lookup keeps for its table's gradient: none when frozen
+                continue
             per_mb[what] = per_mb.get(what, 0) + _ceil(elements * (size or a), layout.cp)
         if part.block:
             gather = max(gather, block_params * recipe.weights)

@@ -175,16 +175,21 @@ class MeasuredMemory:
 
 def measure_training_memory(spec: ModelSpec, workload: Workload | None = None, precision: str = "bf16-mixed",
                             optimizer: str = "adamw", recompute: str = "none", device: str = "fake",
-                            explicit_attention: bool = True) -> MeasuredMemory:
+                            explicit_attention: bool = True, adapters=None) -> MeasuredMemory:
     """Run two training steps of the reference model for `spec` on `workload` (default: the spec's train step)
     and report the second as MemTracker sees it (see the module docstring for the recipes and MemTracker's
-    categories). device: "fake" (FakeTensorMode, nothing allocated), "cpu", "cuda" (or "cuda:N")."""
+    categories). device: "fake" (FakeTensorMode, nothing allocated), "cpu", "cuda" (or "cuda:N"). `adapters`
+    (`tfcalc.Adapters`): a fine-tuning step, LoRA adapters on the frozen reference model (tfcalc.verify.adapters);
+    the optimizer and its masters are over the adapters alone."""
     started = time.perf_counter()
     workload = _check_arguments(spec, workload, precision, optimizer, recompute, device)
     dtype, mixed = PRECISIONS[precision]
     notes = [_loss_note(spec)]
+    if adapters is not None:
+        notes.append(f"{adapters.describe()}: adapters added to the reference model (tfcalc.verify.adapters), every "
+                     "other parameter frozen")
     with _device(device) as dev:
-        model, inputs, targets = _build(spec, workload, dtype, recompute, explicit_attention, dev)
+        model, inputs, targets = _build(spec, workload, dtype, recompute, explicit_attention, dev, adapters)
         trainer = _Trainer(model, optimizer, mixed)
         _step(model, inputs, targets, trainer)  # the optimizer's states exist after a first step
         trainer.zero_grad()
@@ -193,6 +198,7 @@ def measure_training_memory(spec: ModelSpec, workload: Workload | None = None, p
         if cuda:
             cuda_before, cuda_max = _cuda_step(model, inputs, targets, trainer, dev)
         tracker = _Tracker()
+        tracker.skip_frozen(model)
         tracker.track_external(model, *trainer.optimizers, *trainer.masters)
         recorder = _SavedRecorder(model, inputs, targets)
         marks: dict[str, dict] = {}
@@ -225,13 +231,13 @@ def measure_training_memory(spec: ModelSpec, workload: Workload | None = None, p
 
 def saved_for_backward(spec: ModelSpec, workload: Workload | None = None, dtype: torch.dtype = torch.bfloat16,
                        recompute: str = "none", explicit_attention: bool = True,
-                       device: str = "fake") -> list[SavedTensor]:
+                       device: str = "fake", adapters=None) -> list[SavedTensor]:
     """What one forward (and the loss) of the reference model in `dtype` keeps for backward, one entry per
     storage, in the order saved; by default under FakeTensorMode (nothing allocated; a mixture of experts routes
     round robin), "cpu" or "cuda" for real data. Parameters and the step's inputs are left out."""
     workload = _check_arguments(spec, workload, "fp32", "adamw", recompute, device)
     with _device(device) as dev:
-        model, inputs, targets = _build(spec, workload, dtype, recompute, explicit_attention, dev)
+        model, inputs, targets = _build(spec, workload, dtype, recompute, explicit_attention, dev, adapters)
         recorder = _SavedRecorder(model, inputs, targets)
         with recorder:
             loss = _loss(model, inputs, targets, recorder)
@@ -277,11 +283,15 @@ def _device(device: str):
 
 
 def _build(spec: ModelSpec, workload: Workload, dtype: torch.dtype, recompute: str, explicit: bool,
-           dev: torch.device):
+           dev: torch.device, adapters=None):
     from ..reference import build_model, example_inputs
 
     torch.manual_seed(0)
     model = build_model(spec, dev, dtype, explicit, workload, recompute)
+    if adapters is not None:
+        from .adapters import add_adapters
+
+        add_adapters(model, spec, workload, adapters)
     model.train()
     inputs = example_inputs(spec, dev, workload)
     targets = None
@@ -357,7 +367,7 @@ class _Trainer:
     parameter over its fp32 master, fed the parameter's gradient cast to fp32 and copying the master back."""
 
     def __init__(self, model: torch.nn.Module, optimizer: str, mixed: bool):
-        self.params = list(model.parameters())
+        self.params = [p for p in model.parameters() if p.requires_grad]  # all, unless adapters train alone
         self.masters: list[torch.Tensor] = []
         if not mixed:
             self.optimizers = [_optimizer(optimizer, self.params)]
@@ -421,6 +431,13 @@ def _store_master(param: torch.Tensor, master: torch.Tensor, optimizer, args, kw
 # ------------------------------------------------------------------------------------------------ MemTracker
 
 
+class _NoHook:
+    """A hook handle with nothing to remove."""
+
+    def remove(self) -> None:
+        pass
+
+
 class _Tracker(MemTracker):
     """MemTracker that also records each category's own peak, where the total peaked, and snapshots on demand."""
 
@@ -429,6 +446,14 @@ class _Tracker(MemTracker):
         self.category_peaks: dict[torch.device, dict] = {}
         self.peak_at: dict[torch.device, str] = {}
         self.phase = ""
+
+    def skip_frozen(self, model: torch.nn.Module) -> None:
+        """MemTracker (torch 2.13) registers a gradient hook on every parameter of a module it enters, which raises
+        for a frozen one ("cannot register a hook on a tensor that doesn't require gradient"): a frozen parameter
+        is given a handle that does nothing instead (it never gets a gradient to count)."""
+        for p in model.parameters():
+            if not p.requires_grad:
+                self._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
 
     def _update_peak_stats(self, peak_state) -> None:  # called after every op MemTracker sees
         before = dict(self._peak_mem)

@@ -97,14 +97,15 @@ def _guard(spec: ModelSpec, plan, device: str) -> None:
 
 
 def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
-                 recompute: str = "none", device: str = "meta") -> MemoryReport:
-    """The plan's per-category bytes against MemTracker's on the reference model's train step (one GPU)."""
+                 recompute: str = "none", device: str = "meta", adapters=None) -> MemoryReport:
+    """The plan's per-category bytes against MemTracker's on the reference model's train step (one GPU); with
+    `adapters`, a fine-tuning step of LoRA adapters on the frozen reference model."""
     from .memory import measure_training_memory
 
-    plan = training_memory(spec, workload, precision, optimizer, recompute)
+    plan = training_memory(spec, workload, precision, optimizer, recompute, adapters=adapters)
     _guard(spec, plan, device)
     measured = measure_training_memory(spec, plan.workload, precision, optimizer, recompute,
-                                       DEVICES.get(str(device).split(":")[0], device))
+                                       DEVICES.get(str(device).split(":")[0], device), adapters=adapters)
     # CUDA's caching allocator gives every storage a multiple of 512 bytes: an exact row may be over by less
     # than 512 B a tensor (AdamW's 4-byte step counters take 512 B each there)
     n = plan.stage.tensors if measured.cuda_max_allocated is not None else 0
