@@ -1393,10 +1393,16 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                                                                     help=(
                   "A compute budget in FLOPs (5.76e23): the compute-optimal parameters and tokens (Hoffmann et "
                   "al. 2022); with a model, also the tokens C buys it."))] = None,
+              lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Training budget: FLOPs for D tokens from the exact count, time and cost on K GPUs, a run's MFU, or the
-    compute-optimal size for a FLOP budget."""
+    compute-optimal size for a FLOP budget. With --lora-rank: fine-tuning adapters on the frozen model."""
     from .plan.train import mfu_of_run, training_budget
+
+    tuned = adapters(lora_rank, lora_targets, dora)
+    if tuned is not None and flops_budget is not None:
+        raise TfcalcError(f"--lora-rank={lora_rank}: --flops-budget sizes a model trained from scratch; adapters "
+                          "fine-tune a given one (use --tokens or --tokens-per-second)")
 
     if "batch_size" in overrides:  # a budget is tokens in sequences of -N: how many run at once changes nothing
         raise TfcalcError(f"--batch-size {overrides['batch_size']}: train counts --tokens D in sequences of "
@@ -1458,18 +1464,21 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         missing = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu)) if value is None]
         raise TfcalcError(f"--mfu and --tokens-per-second need {' and '.join(missing)}")
     budget = None if tokens is None else training_budget(model_spec, tokens, recompute, gpus, card and card.name,
-                                                         peak, mfu, price)
-    run = mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute) if tokens_per_second else None
+                                                         peak, mfu, price, tuned)
+    run = mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute, tuned) if tokens_per_second else None
     fmt = Format.json if as_json else fmt
-    data = {"spec": model_spec.model_dump(), **(budget.to_dict() if budget else {}), **({"run": run} if run else {})}
+    data = {"spec": model_spec.model_dump(), **(budget.to_dict() if budget else {}), **({"run": run} if run else {}),
+            **({"adapters": tuned.to_dict()} if tuned else {})}
     if fmt is Format.json:
         typer.echo(render.to_json(data))
     elif fmt is Format.csv:
         typer.echo(render.to_csv(["figure", "value"], render.flatten({k: v for k, v in data.items() if k != "spec"})),
                    nl=False)
     else:
-        _print_tables([render.train_table(budget, run)], fmt,
-                      [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}"])
+        _print_tables([render.train_table(budget, run, tuned is not None)], fmt,
+                      [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}"]
+                      + ([f"fine-tuning: {tuned.describe()} on the frozen model (step FLOPs: docs/finetuning.md)"]
+                         if tuned else []))
 
 
 def _compute_optimal(flops, model, fmt: Format, as_json: bool) -> None:

@@ -464,8 +464,11 @@ def compute_optimal_table(result, fit: dict | None = None, label: str | None = N
                  right={1, 2, 3, 4, 5}, optional=[2, 4], label_columns=1)
 
 
-def train_table(b, run: dict | None = None) -> Table:
-    """A plan.train.TrainingBudget, and/or, with `run`, the MFU of a measured run."""
+def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
+    """A plan.train.TrainingBudget, and/or, with `run`, the MFU of a measured run; `tuned`: of a fine-tuning step
+    with adapters on the frozen model."""
+    step = ("a fine-tuning step: frozen linears' backward 1 x their forward, adapters' and attention cores' 2 x"
+            if tuned else "a train step, 3 x forward")
     rows = [] if b is None else [["tokens", exact(b.tokens), human(b.tokens)],
             ["FLOPs per token (train step)", exact(b.flops_per_token.numerator) if b.flops_per_token.denominator == 1
              else f"{float(b.flops_per_token):,.1f}", sci(round(b.flops_per_token))],
@@ -486,9 +489,10 @@ def train_table(b, run: dict | None = None) -> Table:
                  [f"HFU (recompute {run['recompute']})", pct(Fraction(run["hfu"])), ""]]
     if b is None:
         return Table("MFU of a run", ["figure", "exact", "readable"], rows,
-                     "model FLOPs per token (a train step, 3 x forward) x tokens/s over the GPUs' dense datasheet peak",
+                     f"model FLOPs per token ({step}) x tokens/s over the GPUs' dense datasheet peak",
                      right={1, 2}, optional=[2])
-    caption = (f"train step = 3 x forward on sequences of {b.spec.seq_len:,} tokens; time from the causal figure "
+    caption = (f"{step if tuned else 'train step = 3 x forward'} on sequences of {b.spec.seq_len:,} tokens; time "
+               "from the causal figure "
                "(what a fused attention kernel computes) at the MFU given, against the GPU's dense datasheet peak; "
                "6ND beside it (docs/planning.md).")
     return Table("Training budget", ["figure", "exact", "readable"], rows, caption, right={1, 2}, optional=[2])

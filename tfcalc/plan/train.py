@@ -114,9 +114,10 @@ def _whole(q: Fraction) -> int:
 
 def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus: int | None = None,
                     gpu_name: str | None = None, peak_flops_per_s: int | None = None, mfu: float | None = None,
-                    price_per_gpu_hour: float | None = None) -> TrainingBudget:
+                    price_per_gpu_hour: float | None = None, adapters=None) -> TrainingBudget:
     """The FLOPs of training `spec` on `tokens` tokens (in sequences of spec.seq_len), and with `gpus`, a peak and
-    an MFU, the time (and with a price, the cost)."""
+    an MFU, the time (and with a price, the cost). With `adapters` (`tfcalc.Adapters`): fine-tuning them on the
+    frozen model."""
     if recompute not in RECOMPUTE:
         raise TfcalcError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
@@ -130,21 +131,26 @@ def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus:
         raise TfcalcError(f"gpu_name={gpu_name!r}: expected a string (or None)")
     if mfu is not None and mfu > 1:
         raise TfcalcError(f"mfu={mfu!r}: expected a fraction of the peak, at most 1 (0.4 for 40%)")
-    per_token, per_token_causal, hardware, active = _per_token(spec, recompute)
+    per_token, per_token_causal, hardware, active = _per_token(spec, recompute, adapters)
     return TrainingBudget(spec, tokens, recompute, per_token, per_token_causal, hardware,
                           active, gpus, gpu_name, peak_flops_per_s,
                           None if mfu is None else Fraction(mfu), None if price_per_gpu_hour is None
                           else Fraction(price_per_gpu_hour))
 
 
-def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fraction, int]:
+def _per_token(spec: ModelSpec, recompute: str, adapters=None) -> tuple[Fraction, Fraction, Fraction, int]:
     """(model FLOPs, model FLOPs with causal attention, hardware FLOPs) per token of a train step of one sequence,
-    and the active parameters: read off one count."""
-    r = count(spec, Workload(seq_len=spec.seq_len, src_len=spec.seq_len if spec.is_encoder_decoder else None))
+    and the active parameters: read off one count. With `adapters`, a fine-tuning step's (count's `finetune`:
+    frozen linears' backward 1 x their forward, adapters' and attention cores' 2 x)."""
+    r = count(spec, Workload(seq_len=spec.seq_len, src_len=spec.seq_len if spec.is_encoder_decoder else None),
+              adapters=adapters)
     tokens = r.flops.tokens
     model, model_causal = 3 * r.flops.forward, 3 * r.flops.forward_causal
+    if r.finetune is not None:  # the cores' backward is 2 x theirs in either step: the causal saving is 3 x theirs
+        model, model_causal = r.finetune.train_step, r.finetune.train_step - (model - model_causal)
     if recompute == "full":  # every block's forward again; not the embeddings (their projections included), the head
-        again = sum(g.repeat * sum(op.forward().values()) for g in r.inventory.groups if g.block for op in g.ops)
+        again = sum(g.repeat * (sum(op.forward().values()) + sum(op.adapter_flops().values() if op.lora else ()))
+                    for g in r.inventory.groups if g.block for op in g.ops)
     elif recompute == "selective":  # the attention cores (scores and values) again
         again = sum(repeat * sum(op.forward().values()) for op, repeat in r.inventory if op.role == "core")
     else:
@@ -153,15 +159,16 @@ def _per_token(spec: ModelSpec, recompute: str) -> tuple[Fraction, Fraction, Fra
 
 
 def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s: int,
-               recompute: str = "none") -> dict:
-    """The MFU (and HFU) of a measured run: model FLOPs per token x tokens/s over the GPUs' peak."""
+               recompute: str = "none", adapters=None) -> dict:
+    """The MFU (and HFU) of a measured run: model FLOPs per token x tokens/s over the GPUs' peak (with `adapters`,
+    a fine-tuning run's step FLOPs)."""
     if not _positive(tokens_per_s):
         raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: expected a positive number")
     if not _positive(gpus):
         raise TfcalcError(f"gpus={gpus!r}: expected a positive number")
     check_positive_int("gpus", gpus)
     check_positive_int("peak_flops_per_s", peak_flops_per_s)
-    per_token, per_token_causal, hardware, _ = _per_token(spec, recompute)
+    per_token, per_token_causal, hardware, _ = _per_token(spec, recompute, adapters)
     peak = gpus * peak_flops_per_s
     if not math.isfinite(float(hardware) * tokens_per_s / peak):
         raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: its MFU is not a finite number ({gpus} GPUs of "
