@@ -80,7 +80,9 @@ def test_llama3_8b_rank_16_all_linear():
 def test_step_flops_arithmetic():
     # Llama-3-8B, rank 16, q and v only, B=1, N=8192 tokens (t). Adapters' forward per layer: 2t(4096*16 + 16*4096)
     # for q, 2t(4096*16 + 16*1024) for v; their backward twice that. Frozen matmuls' backward = their forward (input
-    # gradients), the attention cores' 2 x theirs.
+    # gradients), the attention cores' 2 x theirs; but nothing before the first adapter needs a gradient: block 0's
+    # q/k/v projection passes none to its input (2t * 4096 * 6144), nor do its q and v adapters' A (2t * 4096 * 16
+    # each).
     spec = load_preset("llama3-8b")
     plain = count(spec)
     tuned = count(spec, adapters=Adapters(16, "q,v")).finetune
@@ -89,8 +91,33 @@ def test_step_flops_arithmetic():
     assert tuned.adapter_forward == adapters_fwd
     assert tuned.forward == plain.flops.forward + adapters_fwd
     cores = sum(v for k, v in plain.flops.components.items() if k.endswith(("/scores", "/values")))
-    assert tuned.backward == (plain.flops.forward - cores) + 2 * cores + 2 * adapters_fwd
+    first = 2 * t * 4096 * 6144 + 2 * (2 * t * 4096 * 16)
+    assert tuned.backward == (plain.flops.forward - cores) + 2 * cores + 2 * adapters_fwd - first
     assert tuned.train_step == tuned.forward + tuned.backward
+
+
+@pytest.mark.parametrize("targets", ["all-linear", "q,v", "up", "k,down"])
+def test_step_flops_are_flop_counter_modes(targets):
+    # forward and backward of the reference model with adapters (tfcalc.verify.adapters) on meta, under torch's
+    # FlopCounterMode: what torch really runs (no gradient for an input that needs none)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tfcalc import Workload
+    from tfcalc.reference import build_model, example_inputs
+    from tfcalc.verify.adapters import add_adapters
+
+    spec = load_preset("llama2-7b").replace(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96,
+                                            vocab_size=128, seq_len=16)
+    workload = Workload(seq_len=16, batch_size=2)
+    adapters = Adapters(4, targets)
+    model = build_model(spec, "meta", torch.float32, True, workload)
+    add_adapters(model, spec, workload, adapters)
+    with FlopCounterMode(display=False) as counter:
+        logits = model(*example_inputs(spec, "meta", workload))
+        forward = counter.get_total_flops()
+        logits.float().sum().backward()
+    tuned = count(spec, workload, adapters=adapters).finetune
+    assert (forward, counter.get_total_flops() - forward) == (tuned.forward, tuned.backward)
 
 
 def test_dora_adds_magnitude_and_norm_update():

@@ -119,6 +119,7 @@ class Record:
     expert = False  # routed experts' weights (Matmul's own): sharded over expert-parallel GPUs
     state_bytes = 0  # bytes per element of its `state`; 0: the activations' dtype (an SSM state is fp32: 4)
     lora = None  # its low-rank adapter (Matmul's own, set by tfcalc.plan.adapters)
+    shares_input = False  # its input is an earlier op's (Matmul's and Norm's own)
 
     def _missing(self, figure: str):
         raise UnsupportedFigure(f"{type(self).__name__} {self.component!r} does not define {figure}: tfcalc "
@@ -217,9 +218,10 @@ class Record:
         an attention core, a norm, a table, a convolution, a scan)."""
         return self
 
-    def frozen_backward(self) -> int:
-        """Backward FLOPs of this op when its own weights are frozen: its input's gradient (and a weight's where an
-        adapter folded into it makes one needed); no adapter's own work (adapter_flops)."""
+    def frozen_backward(self, grad: bool = True) -> int:
+        """Backward FLOPs of this op when its own weights are frozen: its input's gradient when `grad` (something
+        before it trains: torch computes no gradient for an input that needs none), and a weight's where an adapter
+        folded into it makes one needed; not its adapter's own backward (adapter_backward)."""
         return self._missing("frozen_backward")
 
     def transient(self, par: Parallel) -> int:
@@ -450,12 +452,31 @@ class Matmul(Record):
             kept["merged weight"] = merged * a
         return kept
 
-    def frozen_backward(self) -> int:
-        # the input's gradient, [m, n] @ W^T; the weight's only where W is an activation (both operands need a
-        # gradient) or an adapter's update is folded into W (W + B·A needs its gradient to reach A and B)
+    def frozen_backward(self, grad: bool = True) -> int:
+        # the input's gradient, [m, n] @ W^T, when the input needs one; the weight's where W is an activation (both
+        # operands need a gradient) or an adapter's update is folded into W (W + B·A needs its gradient to reach A
+        # and B)
         delta = any(lin.delta for lin in self.adapted())
-        weight_grad = delta or (self.weights == 0 and self.role != "head")
-        return matmul(self.m, self.k, self.n) * (2 if weight_grad else 1)
+        weight_grad = delta or (self.weights == 0 and self.role != "head" and grad)
+        return matmul(self.m, self.k, self.n) * (int(grad) + int(weight_grad))
+
+    def adapter_backward(self, grad: bool = True) -> int:
+        """Backward FLOPs of its adapter. x·A·B: B's gradient (xA)^T dy and the gradient of xA, dy B^T, A's x^T d(xA),
+        and x's d(xA) A^T only when x needs a gradient (2 x forward with it); a folded update: A's and B's gradients
+        from W's, two matmuls of B·A's size (2 x its forward). DoRA's weight norm is detached: none."""
+        lora = self.lora
+        if lora is None:
+            return 0
+        total = 0
+        for lin in self.adapted():
+            r = lin.rank * lora.rank
+            if lin.part:
+                continue
+            if lin.delta:
+                total += 2 * self.weights * matmul(lin.out, r, self.k)
+            else:
+                total += 2 * matmul(self.m, r, lin.out) + matmul(self.m, self.k, r) * (1 + int(grad))
+        return total
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
         if self.role == "shared_gate":  # sigmoid(x W) * shared: the sigmoid's output [T, 1] and the shared
@@ -611,8 +632,9 @@ class AttentionCore(Record):
     def gemm(self) -> tuple[int, int, int] | None:
         return None  # batched matmuls of activations: no weights
 
-    def frozen_backward(self) -> int:
-        return 2 * sum(self.forward().values())  # no weights: the gradients of q, k and v, as in full training
+    def frozen_backward(self, grad: bool = True) -> int:
+        # no weights: the gradients of q, k and v, as in full training, when they need one
+        return 2 * sum(self.forward().values()) if grad else 0
 
     def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
         return self.saved(a, recompute, par) if grad else {}
@@ -629,7 +651,7 @@ class _NoMatmul:
 
     __slots__ = ()
 
-    def frozen_backward(self) -> int:
+    def frozen_backward(self, grad: bool = True) -> int:
         return 0
 
     def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:

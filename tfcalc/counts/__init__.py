@@ -119,7 +119,8 @@ class FinetuneCounts:
     adapter_forward: int  # x·A·B (or B·A folded into a weight) of every adapted linear
     dora_norm: int  # DoRA's B·A for its weight norm (forward only: detached)
     base_forward: int
-    frozen_backward: int
+    frozen_backward: int  # the frozen ops' input gradients (where something before them trains)
+    adapter_backward: int
     tokens: int
 
     @property
@@ -128,7 +129,7 @@ class FinetuneCounts:
 
     @property
     def backward(self) -> int:
-        return self.frozen_backward + BACKWARD_FACTOR * self.adapter_forward
+        return self.frozen_backward + self.adapter_backward
 
     @property
     def train_step(self) -> int:
@@ -142,17 +143,30 @@ class FinetuneCounts:
         return {"adapters": self.adapters.to_dict(), "trainable_params": self.trainable,
                 "frozen_params": self.frozen, "adapter_forward": self.adapter_forward,
                 "dora_norm_forward": self.dora_norm, "forward": self.forward, "backward": self.backward,
+                "frozen_backward": self.frozen_backward, "adapter_backward": self.adapter_backward,
                 "train_step": self.train_step, "train_per_token": self.train_per_token}
 
 
 def finetune(inv: Inventory, adapters, frozen: int) -> FinetuneCounts:
-    """The fine-tuning figures of an inventory whose records carry their adapters."""
+    """The fine-tuning figures of an inventory whose records carry their adapters. Backward in model order: before
+    the first adapter no input needs a gradient (torch computes none), after it every frozen op passes one on."""
     from ..plan.adapters import trainable_params
 
     flops = folds._sum((op.adapter_flops(), repeat) for op, repeat in inv if op.lora is not None)
+    grad = before = False  # a gradient flows; one flowed into the input an op shares with the op before it
+    frozen_bwd = adapter_bwd = 0
+    for group in inv.groups:
+        for times in ((1, group.repeat - 1) if group.repeat > 1 else (1,)):  # the first instance, then the rest
+            for op in group.ops:
+                at = before if op.shares_input else grad  # a gate reads up's input, beside up
+                before = at
+                frozen_bwd += times * op.frozen_backward(at)
+                if op.lora is not None:
+                    adapter_bwd += times * op.adapter_backward(at)
+                    grad = True
     return FinetuneCounts(adapters, trainable_params(inv), frozen, flops.get("adapters", 0),
-                          flops.get("dora norm", 0), folds.forward(inv).total,
-                          sum(repeat * op.frozen_backward() for op, repeat in inv), inv.workload.tokens)
+                          flops.get("dora norm", 0), folds.forward(inv).total, frozen_bwd, adapter_bwd,
+                          inv.workload.tokens)
 
 
 @dataclass(frozen=True)
