@@ -68,6 +68,22 @@ def test_trainable_params_are_peft(specs, family, rank, targets, dora):
     assert tuned.frozen == count(specs[family]).params.total
 
 
+def test_t5_attention_targets_are_peft(tmp_path):
+    # T5 names its attentions' linears q, k, v, o (self-attention and cross-attention alike), as tfcalc's targets
+    config = {"model_type": "t5", "d_model": 64, "d_kv": 16, "num_heads": 4, "d_ff": 96, "num_layers": 2,
+              "num_decoder_layers": 3, "vocab_size": 128}
+    spec = read_hf_config(write(tmp_path, config)).spec
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            model = transformers.T5ForConditionalGeneration(hf_config(config))
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q", "k", "v", "o"]))
+    expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # 2 encoder self-attentions, 3 decoder self- and 3 cross-attentions, each 4 x 4 x (64 + 64)
+    assert expected == 8 * 4 * 4 * (64 + 64)
+    assert count(spec, adapters=Adapters(4, "attention")).finetune.trainable == expected
+
+
 def test_llama3_8b_rank_16_all_linear():
     # Published (PEFT on meta-llama/Meta-Llama-3-8B, r=16, all linear layers): 41,943,040 trainable.
     # 32 layers x 16 x (q 4096+4096, k 4096+1024, v 4096+1024, o 4096+4096, gate 4096+14336, up 4096+14336,

@@ -444,7 +444,8 @@ def training_memory_table(m) -> Table:
     if m.adapters is not None:
         caption += (f" {m.adapters.describe()} on the frozen model: gradients, optimizer states and master weights "
                     "for the adapters alone; a frozen linear keeps no input (docs/finetuning.md).")
-    return Table("Training memory" + (" (fine-tuning with adapters)" if m.adapters is not None else ""), ["", "what", "bytes", "readable"], rows, caption, right={2, 3},
+    title = "Training memory" + (" (fine-tuning with adapters)" if m.adapters is not None else "")
+    return Table(title, ["", "what", "bytes", "readable"], rows, caption, right={2, 3},
                  optional=[3], label_columns=1)
 
 

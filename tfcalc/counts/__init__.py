@@ -255,4 +255,5 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
                        folds.non_matmul(inv), estimates.crossover(spec, inv), inv, tuned)
 
 
-__all__ = ["count", "CountResult", "FinetuneCounts", "Workload", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown", "Estimate", "Crossover"]
+__all__ = ["count", "CountResult", "FinetuneCounts", "Workload", "ParamCounts", "FlopCounts", "MacCounts", "Breakdown",
+           "Estimate", "Crossover"]

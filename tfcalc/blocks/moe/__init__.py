@@ -23,7 +23,8 @@ def moe(ctx: Ctx) -> list[Op]:
     E, k = spec.n_experts, spec.top_k
     if spec.moe_beside_mlp:
         return _moe_beside_mlp(ctx)
-    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router", linears=router(E)),  # [T, D] @ [D, E]
+    ops: list[Op] = [Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router",  # [T, D] @ [D, E]
+                            linears=router(E)),
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
     # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
@@ -52,7 +53,8 @@ def _moe_beside_mlp(ctx: Ctx) -> list[Op]:
         norm(ctx, "mlp/branch_norm", t),
         Norm(ctx.name("moe/router_norm"), "rmsnorm", t, D, shares_input=True),  # x kept once (mlp/norm's)
         Table(ctx.name("moe/expert_scale"), 1, E, "scale"),  # [E]
-        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router", linears=router(E)),  # [T, D] @ [D, E]
+        Matmul(ctx.name("moe/router"), t, D, E, bias=spec.router_bias, role="router",  # [T, D] @ [D, E]
+               linears=router(E)),
         Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D + k),  # softmax, weights, expert scales
         replace(norm(ctx, "moe/norm", t), shares_input=True),  # the same x as mlp/norm's
         # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
