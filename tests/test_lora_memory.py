@@ -88,7 +88,9 @@ def test_refusals():
                                                   vocab_size=500, seq_len=32)
     with pytest.raises(TfcalcError, match=r"moe/router is adapted as a parameter"):
         check_memory(mixtral, workload, adapters=Adapters(8))
-    with pytest.raises(TfcalcError, match=r"^dora=True: DoRA's step is not measured"):
+    with pytest.raises(TfcalcError, match=r"^dora=True: DoRA's memory is not modelled"):
+        training_memory(spec, workload, adapters=Adapters(8, dora=True))
+    with pytest.raises(TfcalcError, match=r"^dora=True: DoRA's memory is not modelled"):
         check_memory(spec, workload, adapters=Adapters(8, dora=True))
 
 

@@ -575,6 +575,10 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
     validate(spec, workload)
     check_layout(spec, workload, layout)
     if adapters is not None:
+        if adapters.dora:
+            raise TfcalcError("dora=True: DoRA's memory is not modelled (its magnitude's multiplies keep the base "
+                              "output and the adapter's output of every adapted linear, unmeasured here); plan LoRA, "
+                              "or count DoRA's parameters and FLOPs with tfcalc count")
         split = [f"{k}={getattr(layout, k)}" for k in ("tp", "pp", "ep", "cp") if getattr(layout, k) > 1]
         if split:
             raise TfcalcError(f"{split[0]}: adapters are planned with data parallelism and ZeRO only (the model "
