@@ -454,7 +454,7 @@ class ModelSpec(BaseModel):
     def _check_kinds(self, problems: list[str]) -> None:
         """kinds: sizes only for kinds with sizes of their own that the block_pattern uses, each valid by the kind's
         model (named as kinds.<kind>.<field>=<value>); a kind's own checks of the rest of the spec."""
-        used = {k for block in self.block_pattern or () for k in block.split("+")}
+        used = set(self._used_kinds())
         if not self.kinds and not used:
             return
         from pydantic import ValidationError
@@ -490,8 +490,16 @@ class ModelSpec(BaseModel):
         """The sizes of every kind the block_pattern uses that has sizes of its own, by kind, in pattern order."""
         from .arch.builders import KINDS
 
-        used = dict.fromkeys(k for block in self.block_pattern or () for k in block.split("+"))
-        return {name: self.sizes(name) for name in used if name in KINDS and KINDS[name].sizes is not None}
+        return {name: self.sizes(name) for name in self._used_kinds()
+                if name in KINDS and KINDS[name].sizes is not None}
+
+    def _used_kinds(self) -> list[str]:
+        """The kinds the block_pattern names, in order, each followed by the kinds it is made of (its parts)."""
+        from .arch.builders import KINDS
+
+        named = dict.fromkeys(k for block in self.block_pattern or () for k in block.split("+"))
+        return list(dict.fromkeys(k for name in named for k in (
+            name, *(KINDS[name].parts if name in KINDS else ()))))
 
     def sizes(self, kind: str):
         """The sizes of block kind `kind` (its own pydantic model), as given under kinds.<kind>, with its defaults."""

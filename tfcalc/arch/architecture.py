@@ -95,8 +95,11 @@ class Stack:
             window = spec.sliding_window if local else None
         kv_shared = spec.kv_shared_layers > 0 and i >= self.n_layers - spec.kv_shared_layers
         if spec.block_pattern:  # the kinds as the pattern lists them (a window only where there is attention)
+            from .builders import KINDS
+
             kinds = tuple(spec.block_pattern[i % len(spec.block_pattern)].split("+"))
-            return Layer(kinds, window if "attention" in kinds else None, kv_shared)
+            attends = any(k == "attention" or "attention" in KINDS[k].parts for k in kinds)
+            return Layer(kinds, window if attends else None, kv_shared)
         kinds = ("attention", *(("cross_attention",) if self.cross else ()), "moe" if moe else "mlp",
                  *(("per_layer_input",) if spec.d_per_layer_input and spec.parallel_block == "none" else ()))
         return Layer(kinds, window, kv_shared)

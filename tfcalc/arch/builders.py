@@ -103,6 +103,8 @@ class BlockKind:
       parallel block runs beside attention, `call(block, h, env)`.
     - `in_pattern`: a spec's `block_pattern` may name it (the kinds a block is made of; the others a model type
       adds: cross-attention, Gemma 4's per-layer input).
+    - `parts`: the kinds a kind is made of (a parallel mixer's attention and Mamba2), whose sizes (`kinds.<part>`)
+      it reads and whose records it marks with their own sublayer (and family).
     - `sizes`: its own sizes, a pydantic model (frozen, strict, extra forbidden) read from the spec's
       `kinds.<name>` (`spec.sizes(name)`), with a `problems(spec) -> list[str]` method for what the rest of the
       spec must be beside it; None: the kind reads only the spec's common fields.
@@ -122,6 +124,7 @@ class BlockKind:
     kept_once: Callable[[Ctx, str], list[tuple[str, int, int]]] | None = None
     kept_per_stage: Callable[[Ctx], list[tuple[str, int, int]]] | None = None
     sizes: type | None = None
+    parts: tuple[str, ...] = ()
 
 
 class _Kinds(dict):
@@ -228,8 +231,9 @@ def sublayer(ctx: Ctx, sublayer: str, ops: list[Op], beside_attention: bool = Fa
 
 
 def run(name: str, ctx: Ctx) -> list[Op]:
-    """The ops of the kind registered as `name`, each marked with the sublayer that made it."""
-    return [replace(op, sublayer=name) for op in KINDS[name].build(ctx)]
+    """The ops of the kind registered as `name`, each marked with the sublayer that made it (unless the kind marked
+    it already: a kind made of others, `BlockKind.parts`, marks each part's ops with the part's name)."""
+    return [replace(op, sublayer=op.sublayer or name) for op in KINDS[name].build(ctx)]
 
 
 def block(ctx: Ctx) -> list[Op]:

@@ -8,8 +8,8 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
 - `attention` (with multi-head latent attention), `cross_attention`, `mlp`, `moe` (and the experts beside a dense
   MLP), `per_layer` (Gemma 4's per-layer input): the sublayers of a block.
 - `conv` (LFM2's short convolution), `mamba` (Mamba's selective scan), `mamba2` (Mamba2's SSD mixer),
-  `gated_deltanet` (Qwen3-Next's linear attention): the mixers of hybrid models, registered lazily (imported when a
-  spec names them).
+  `gated_deltanet` (Qwen3-Next's linear attention): the mixers of hybrid models, and `parallel_hybrid` (Falcon-H1's
+  attention and Mamba2 side by side on one norm), registered lazily (imported when a spec names them).
 """
 
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
@@ -19,5 +19,5 @@ from . import head  # noqa: F401
 from ..arch.builders import register_lazily
 
 # the sequence mixers of hybrid models: each module registers its kind when a spec first names it
-for _name in ("conv", "mamba2", "gated_deltanet", "mamba"):
+for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid"):
     register_lazily(_name, f"{__name__}.{_name}")

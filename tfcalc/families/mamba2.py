@@ -87,8 +87,11 @@ def mamba2(cfg: dict, notes: list[str]) -> dict[str, Any]:
 
 
 def mamba2_blocks(pattern: list[str] | None, L: int) -> int:
-    """How many of the L blocks, `pattern` cycled over them, are Mamba2 blocks."""
-    mixers = [("mamba2" in block.split("+")) for block in pattern or []]
+    """How many of the L blocks, `pattern` cycled over them, are Mamba2 blocks (or have a Mamba2 mixer in a kind made
+    of others: Falcon-H1's parallel_hybrid)."""
+    from ..arch.builders import KINDS
+
+    mixers = [any(k == "mamba2" or "mamba2" in KINDS[k].parts for k in block.split("+")) for block in pattern or []]
     cycles, rest = divmod(L, len(mixers)) if mixers else (0, 0)
     return cycles * sum(mixers) + sum(mixers[:rest])
 

@@ -30,22 +30,27 @@ def _qk_norms(ctx: Ctx) -> list[Op]:
 
 
 def attention(ctx: Ctx) -> list[Op]:
-    """Self-attention: norm, fused q/k/v projection, q/k norms, scores and value mixing, output projection,
-    residual. A global block may have heads of its own width and number, and no value projection (its values
+    """Self-attention: norm, the attention itself (`mixer`), residual."""
+    return sublayer(ctx, "attention", mixer(ctx))
+
+
+def mixer(ctx: Ctx) -> list[Op]:
+    """Self-attention between a block's norms: fused q/k/v projection, q/k norms, scores and value mixing, output
+    projection. A global block may have heads of its own width and number, and no value projection (its values
     are the keys: Gemma 4)."""
     spec, t, D, H = ctx.spec, ctx.t, ctx.spec.d_model, ctx.spec.n_heads
     if spec.is_mla:
         if spec.attention_gate:
             raise TfcalcError("attention_gate=True is not modelled with multi-head latent attention (kv_lora_rank="
                               f"{spec.kv_lora_rank})")
-        return sublayer(ctx, "attention", _mla_attention(ctx))
+        return _mla_attention(ctx)
     dh, kv, k_eq_v = ctx.heads
     shared = ctx.layer.kv_shared  # an earlier block's keys and values: only q here, and nothing cached
     kv_width = 0 if shared else (1 if k_eq_v else 2) * kv * dh
     gate = H * dh if spec.attention_gate else 0  # the query projection doubled: a gate per query channel
     core = attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
                            sinks=int(spec.attention_sinks), d_head=dh, kv_heads=kv)
-    return sublayer(ctx, "attention", [
+    return [
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared;
         # + H*dh for the output gate)
         Matmul(ctx.name("attention/qkv"), t, D, H * dh + gate + kv_width, bias=spec.has_qkv_bias, split="column",
@@ -56,7 +61,7 @@ def attention(ctx: Ctx) -> list[Op]:
         *_gate(ctx, dh),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("attention/out"), t, H * dh, D, bias=spec.bias, split="row", linears=(Linear("o", D),)),
-    ])
+    ]
 
 
 def _qkv_linears(q: int, kv: int, k_eq_v: bool) -> tuple[Linear, ...]:

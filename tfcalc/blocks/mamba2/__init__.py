@@ -37,6 +37,8 @@ class Mamba2Sizes(BaseModel):
                                                    "is padded to a multiple of it.")
     conv_bias: bool = Field(True, description="A bias on the convolution (use_conv_bias).")
     bias: bool = Field(False, description="Biases on in_proj and out_proj (use_bias; mamba_proj_bias).")
+    gated_norm: bool = Field(True, description="The gated RMSNorm before out_proj (weight [d_inner]); false: "
+                                               "y * silu(z) alone, no norm (Falcon-H1's mamba_rms_norm false).")
 
     @property
     def d_inner(self) -> int:
@@ -66,7 +68,13 @@ class Mamba2Sizes(BaseModel):
 
 
 def mamba2(ctx: Ctx) -> list[Op]:
-    """The Mamba2 block: norm, in_proj, the conv and its silu, the scan, y * silu(z), the gated norm, out_proj."""
+    """The Mamba2 block: norm, the mixer (`mixer`), the residual add."""
+    return sublayer(ctx, "mamba2", mixer(ctx))
+
+
+def mixer(ctx: Ctx) -> list[Op]:
+    """The Mamba2 mixer, between a block's norms: in_proj, the conv and its silu, the scan, y * silu(z), the gated
+    norm (unless `gated_norm` is false), out_proj."""
     spec, t, b, s, D = ctx.spec, ctx.t, ctx.b, ctx.s, ctx.spec.d_model
     z = spec.sizes("mamba2")
     inner, channels, K = z.d_inner, z.conv_channels, z.conv_kernel
@@ -87,14 +95,19 @@ def mamba2(ctx: Ctx) -> list[Op]:
         # x: [b, s, h, p], dt: [b, s, h], B, C: [b, s, g, n] -> y: [b, s, h, p]
         SSDScan(ctx.name("mamba2/scan"), b, s, z.n_heads, z.head_dim, z.d_state, g, z.chunk_size,
                 recurrent, inference),
-        # y * silu(z): [t, d_inner]; the fused gated norm keeps z (a view of in_proj's output)
-        Elementwise(ctx.name("mamba2/gated_norm"), "gate", t * inner, silu + 1, kept=t * inner),
-        # over g groups of d_inner / g channels (weight [d_inner], g sets of d_inner / g): keeps y and the fp32 rstd
-        # [t, g]
-        Norm(ctx.name("mamba2/gated_norm"), "rmsnorm", t * g, inner // g, "heads", sets=g),
-        Matmul(ctx.name("mamba2/out_proj"), t, inner, D, 1, z.bias, None, "row"),  # y: [t, d_inner] @ W: [d_inner, D]
     ]
-    return sublayer(ctx, "mamba2", ops)
+    if z.gated_norm:
+        ops += [
+            # y * silu(z): [t, d_inner]; the fused gated norm keeps z (a view of in_proj's output)
+            Elementwise(ctx.name("mamba2/gated_norm"), "gate", t * inner, silu + 1, kept=t * inner),
+            # over g groups of d_inner / g channels (weight [d_inner], g sets of d_inner / g): keeps y and the fp32
+            # rstd [t, g]
+            Norm(ctx.name("mamba2/gated_norm"), "rmsnorm", t * g, inner // g, "heads", sets=g),
+        ]
+    else:  # y * silu(z): [t, d_inner], no norm; the multiply keeps both operands, y and z (one fused function)
+        ops.append(Elementwise(ctx.name("mamba2/gate"), "gate", t * inner, silu + 1, kept=2 * t * inner))
+    # y: [t, d_inner] @ W: [d_inner, D]
+    return [*ops, Matmul(ctx.name("mamba2/out_proj"), t, inner, D, 1, z.bias, None, "row")]
 
 
 register(BlockKind("mamba2", mamba2, family="mixer", norm="mamba2", in_pattern=True,

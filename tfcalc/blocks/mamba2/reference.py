@@ -170,8 +170,28 @@ class GatedNorm(nn.Module):
         return _gated_rms_norm(y, z, self.weight, self.groups, self.eps)
 
 
+class _GateFunction(torch.autograd.Function):
+    """y * silu(z) as one fused kernel runs it: keeps y and z, recomputes silu(z) in backward."""
+
+    @staticmethod
+    def forward(ctx, y, z):
+        ctx.save_for_backward(y, z)
+        return y * F.silu(z)
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, z = ctx.saved_tensors
+        sig = torch.sigmoid(z)
+        return dy * z * sig, dy * y * sig * (1 + z * (1 - sig))
+
+
+def _gate(y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """y * silu(z) without a norm (Falcon-H1's mamba_rms_norm false); in a train step the fused form."""
+    return _GateFunction.apply(y, z) if saving(y, z) else y * F.silu(z)
+
+
 class Mamba2(nn.Module):
-    """The `mamba2` builder: in_proj, the conv and its silu, the scan, the gated norm, out_proj."""
+    """The `mamba2` builder: in_proj, the conv and its silu, the scan, the gated norm (or the gate alone), out_proj."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -180,7 +200,7 @@ class Mamba2(nn.Module):
         self.in_proj = nn.Linear(D, z.in_width, bias=z.bias)
         self.conv = CausalConv(z.conv_channels, z.conv_kernel, z.conv_bias)
         self.scan = Scan(z.n_heads, z.head_dim, z.d_state, z.n_groups, z.chunk_size)
-        self.gated_norm = GatedNorm(z.d_inner, z.n_groups)
+        self.gated_norm = GatedNorm(z.d_inner, z.n_groups) if z.gated_norm else None
         self.out_proj = nn.Linear(z.d_inner, D, bias=z.bias)
 
     def forward(self, h: torch.Tensor, context: int = 0) -> torch.Tensor:
@@ -191,7 +211,8 @@ class Mamba2(nn.Module):
         x, B, C = xBC.split([z.d_inner, z.n_groups * z.d_state, z.n_groups * z.d_state], dim=-1)
         y = self.scan(x.reshape(b, s, z.n_heads, z.head_dim), dt, B.reshape(b, s, z.n_groups, z.d_state),
                       C.reshape(b, s, z.n_groups, z.d_state), context)
-        return self.out_proj(self.gated_norm(y.reshape(b, s, z.d_inner), gate))
+        y = y.reshape(b, s, z.d_inner)
+        return self.out_proj(_gate(y, gate) if self.gated_norm is None else self.gated_norm(y, gate))
 
 
 def attach(block: nn.Module, site) -> None:
