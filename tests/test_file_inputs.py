@@ -416,6 +416,9 @@ BASE["granitemoehybrid"] = dict(num_hidden_layers=4, layer_types=["mamba", "atte
                                 shared_intermediate_size=48, num_local_experts=4, num_experts_per_tok=2,
                                 max_position_embeddings=32, vocab_size=100, mamba_n_heads=8, mamba_d_state=8,
                                 mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4)
+BASE["falcon_h1"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         intermediate_size=96, max_position_embeddings=32, vocab_size=100, mamba_d_ssm=64,
+                         mamba_n_heads=8, mamba_d_state=8, mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4)
 BASE["mamba"] = dict(num_hidden_layers=2, hidden_size=32, expand=2, state_size=8, conv_kernel=3, time_step_rank=4,
                      vocab_size=100)
 BASE["jamba"] = dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1, hidden_size=64,
@@ -804,6 +807,10 @@ DIRECT["jamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_
                        vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
 DIRECT["bamba"] = dict(num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", intermediate_size="d_ff",
                        vocab_size="vocab_size", tie_word_embeddings="tie_embeddings")
+DIRECT["falcon_h1"] = dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads",
+                           num_key_value_heads="n_kv_heads", intermediate_size="d_ff", vocab_size="vocab_size",
+                           tie_word_embeddings="tie_embeddings", mlp_bias="mlp_bias", attention_bias="bias",
+                           head_dim="d_head")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
                                          num_experts_per_tok="top_k", num_experts="n_experts")
 TRIED = {"examples": 0, "read": 0, "refused": 0}

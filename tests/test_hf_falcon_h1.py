@@ -105,6 +105,7 @@ def test_a_decode_step_after_a_cache_matches_transformers(tmp_path_factory, data
     ({"mamba_d_head": "half"}, "mamba_d_head='half' is not modelled: expected an integer or 'auto'"),
     ({"mamba_n_groups": 3}, "mamba_n_groups=3 is not modelled: does not divide mamba_n_heads=128"),
     ({"mamba_d_state": None}, "mamba_d_state=None is not modelled: FalconH1Mixer needs a value"),
+    ({"mamba_chunk_size": None}, "mamba_chunk_size=None is not modelled: FalconH1Mixer needs a value"),
     ({"mamba_d_ssm": None, "mamba_expand": None}, "mamba_expand=None is not modelled: with mamba_d_ssm null"),
     ({"mamba_d_ssm": None, "mamba_expand": 0}, "mamba_expand=0 is not modelled"),
     ({"projectors_bias": True}, "projectors_bias=True is not modelled: out_proj's bias (projectors_bias) differs"),
@@ -143,3 +144,15 @@ def test_check_hf_config_matches_every_component(tmp_path, config):
     dh = config.get("head_dim", D // H)
     qkv = (H + 2 * Hkv) * dh
     assert rows["params", "attention/qkv"].transformers == L * (D * qkv + (qkv if config.get("attention_bias") else 0))
+
+
+@pytest.mark.parametrize("key", ["mamba_conv_bias", "mamba_proj_bias", "projectors_bias", "mamba_rms_norm"])
+def test_a_null_switch_is_built_as_false(tmp_path, key):
+    # nn.Linear / nn.Conv1d(bias=None) build no bias; a null mamba_rms_norm builds nn.Identity
+    config = {"model_type": "falcon_h1", "num_hidden_layers": 1, "hidden_size": 16, "mamba_d_ssm": 16,
+              "mamba_n_heads": 2, "mamba_d_state": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 8, "vocab_size": 16, "mamba_conv_bias": True, "mamba_rms_norm": True, key: None}
+    if key == "mamba_proj_bias":
+        config["projectors_bias"] = None
+    spec = read_hf_config(write(tmp_path, config)).spec
+    assert count(spec).params.total == meta_params(config)

@@ -20,7 +20,7 @@ from tfcalc.verify import hf_model
 # The hybrids' families: their own test files hold them against transformers (the small config here cannot hold
 # their mixers' sizes)
 ELSEWHERE = {"mamba2", "nemotron_h", "bamba", "granitemoehybrid", "mamba", "jamba", "qwen3_next", "qwen3_5",
-             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe"}
+             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1"}
 TYPES = [t for t in model_types() if t not in ELSEWHERE]
 OTHER_TOWERS = ("model.vision_tower.", "model.multi_modal_projector.", "model.audio_tower.", "model.embed_vision.",
                 "model.embed_audio.")

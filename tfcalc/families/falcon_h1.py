@@ -9,7 +9,8 @@ a final RMSNorm (final_layernorm), the head tied by tie_word_embeddings (false b
     (its bias is projectors_bias); d_inner = mamba_d_ssm, or int(mamba_expand * hidden_size) when null, which the config
     requires to be mamba_n_heads * mamba_d_head ("auto": d_inner // mamba_n_heads). mamba_rms_norm: a gated RMSNorm
     over mamba_n_groups groups (weight [d_inner]) in place of y * silu(z) alone; mamba_norm_before_gate orders its
-    norm and its gate (the same weight, matmuls and elementwise counts: not read);
+    norm and its gate (the same weight, matmuls and elementwise counts: not read); a null bias or mamba_rms_norm is
+    built as false;
   * attention (FalconH1Attention): q_proj, k_proj, v_proj (grouped-query) and o_proj, all with biases by
     attention_bias; heads of hidden_size // num_attention_heads, or the head_dim a config gives; rotary on the whole
     head;
@@ -61,12 +62,18 @@ COMPONENTS = [
     (r"lm_head", "head"),
 ]
 
-MAMBA_FIELDS = ("mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_chunk_size",
-                "mamba_conv_bias", "mamba_proj_bias", "projectors_bias", "mamba_rms_norm")
+MAMBA_FIELDS = ("mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_chunk_size")
+# null switches FalconH1Mixer builds as false: nn.Linear / nn.Conv1d(bias=None) build no bias, a null mamba_rms_norm
+# no norm (nn.Identity)
+SWITCHES = ("mamba_conv_bias", "mamba_proj_bias", "projectors_bias", "mamba_rms_norm")
 
 
 def _mixer(cfg: dict, notes: list[str]) -> dict[str, Any]:
     """The `mamba2` sizes, as FalconH1Config resolves and checks them and FalconH1Mixer builds them."""
+    for key in SWITCHES:
+        if cfg[key] is None:
+            notes.append(f"{key} null: transformers builds it as false")
+            cfg = {**cfg, key: False}
     for key in MAMBA_FIELDS:
         refuse_if(cfg, key, cfg[key] is None, "FalconH1Mixer needs a value (transformers fails on null)")
     D, h, ssm = cfg["hidden_size"], cfg["mamba_n_heads"], cfg["mamba_d_ssm"]
