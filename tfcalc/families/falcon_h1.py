@@ -130,7 +130,7 @@ def falcon_h1(cfg: dict, notes: list[str]) -> dict[str, Any]:
         notes.append("rope parameters read: they change rotary frequencies, not shapes or counts")
     z = fields["kinds"]["mamba2"]
     notes.append(f"{L} blocks, each attention ({H} heads of {head_dim}, {H_kv} key/value heads) beside a Mamba2 mixer "
-                 f"({z['n_heads']} heads of {z['head_dim']}, state {z['d_state']}, {z['n_groups']} groups"
+                 f"({z['n_heads']} heads of {z['head_dim']}, state {z['d_state']}, {z['n_groups']} group{'s' if z['n_groups'] != 1 else ''}"
                  f"{', a gated RMSNorm' if z.get('gated_norm', True) else ', no norm'}) on one norm, then the MLP")
     notes.append("the multipliers (embedding, lm_head, attention in/out, key, ssm in/out, ssm_multipliers, "
                  "mlp_multipliers) not read: they scale activations (no parameters, no matmul)")
