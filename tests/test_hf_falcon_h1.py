@@ -1,6 +1,7 @@
 """Falcon-H1 (falcon_h1) from its config.json: exact against transformers' FalconH1ForCausalLM (sum(numel) on meta,
 FlopCounterMode forward FLOPs of an eager CPU forward over its pure-torch path, a decode step after a cache too), with
-transformers' defaults, refusals by field name and the check against transformers per component."""
+transformers' defaults, refusals by field name, the check against transformers per component, and the falcon-h1-7b
+preset pinned to the class built from the published config and to the checkpoint's measured total."""
 
 import warnings
 
@@ -12,8 +13,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from tfcalc import TfcalcError, Workload, count
+from tfcalc import TfcalcError, Workload, count, find_preset, load_preset
 from tfcalc.hf import DEFAULTS, read_hf_config
+from tfcalc.plan.memory import inference_memory
 from tfcalc.verify import hf_model
 
 
@@ -156,3 +158,39 @@ def test_a_null_switch_is_built_as_false(tmp_path, key):
         config["projectors_bias"] = None
     spec = read_hf_config(write(tmp_path, config)).spec
     assert count(spec).params.total == meta_params(config)
+
+
+# tiiuae/Falcon-H1-7B's config.json: the sizes as three public quotations of it give them (they agree where they
+# overlap), mamba_rms_norm true as TII states it (ggml-org/llama.cpp#14534: only the 0.5B lacks the mixer's norm), the
+# biases at FalconH1Config's defaults; no verbatim copy of the file is held here (the preset's source says which is which)
+FALCON_H1_7B = {"model_type": "falcon_h1", "hidden_size": 3072, "num_hidden_layers": 44, "num_attention_heads": 12,
+                "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 130048,
+                "tie_word_embeddings": False, "mamba_d_state": 256, "mamba_n_groups": 1, "mamba_n_heads": 24,
+                "mamba_d_head": 128, "mamba_d_ssm": 3072, "mamba_expand": 2, "mamba_d_conv": 4,
+                "mamba_chunk_size": 128, "max_position_embeddings": 262144, "mamba_rms_norm": True,
+                "mamba_norm_before_gate": False}
+
+
+def test_falcon_h1_7b_preset_is_transformers_built_from_the_config(tmp_path):
+    n_params = meta_params(FALCON_H1_7B)
+    D, V, F = 3072, 130048, 12288
+    # each of 44 blocks: input_layernorm D; the mixer: in_proj D * (2 * 3072 + 2 * 256 + 24), conv (3072 + 512) *
+    # (4 + 1), A_log, D, dt_bias 3 * 24, the gated norm 3072, out_proj 3072 * D; attention: q and o 2 * D * 12 * 128, k
+    # and v 2 * D * 2 * 128; pre_ff_layernorm D and the MLP 3 * D * F; embedding and head 2 * V * D, final norm D
+    mixer = D * 6680 + 3584 * 5 + 3 * 24 + 3072 + 3072 * D
+    attention = 2 * D * 1536 + 2 * D * 256
+    assert n_params == 44 * (D + mixer + attention + D + 3 * D * F) + 2 * V * D + D == 7_585_648_736
+    # 7,585,648,736: also the total two public reports measured from the published checkpoints' tensors
+    preset = load_preset("falcon-h1-7b")
+    assert count(preset).params.total == n_params
+    assert f"{n_params:,}" in find_preset("falcon-h1-7b").source
+    spec = read_hf_config(write(tmp_path, FALCON_H1_7B)).spec
+    assert spec.replace(name=preset.name) == preset
+
+
+def test_falcon_h1_7b_keeps_a_state_and_a_kv_cache_in_every_block():
+    m = inference_memory(load_preset("falcon-h1-7b"), Workload(phase="decode", seq_len=1, context=131071))
+    # 44 blocks: the conv's last 3 positions of 3072 + 512 channels in bf16, the SSM state [24, 128, 256] in fp32
+    assert m.state.to_dict() == {"mamba2/conv": 44 * 3584 * 3 * 2, "mamba2/scan": 44 * 24 * 128 * 256 * 4}
+    # and all 44 attention branches: 131,072 tokens x 2 key/value heads x (128 + 128) x 2 bytes
+    assert m.kv_cache_bytes == 44 * 131_072 * 2 * 256 * 2 == 5_905_580_032
