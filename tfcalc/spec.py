@@ -192,6 +192,10 @@ class ModelSpec(BaseModel):
     d_shared_expert: Size | None = Field(None, description="Hidden width of one shared expert; default d_expert.")
     shared_expert_gate: bool = Field(False, description="A sigmoid gate D->1 on the shared experts (Qwen2-MoE).")
     router_bias: bool = Field(False, description="A bias on the router's linear, one per expert (gpt-oss).")
+    d_moe_latent: Size | None = Field(
+        None, description="The routed experts' input and output width: a projection d_model -> d_moe_latent before "
+                          "them and d_moe_latent -> d_model after (Nemotron 3's moe_latent_size); the router and the "
+                          "shared experts read the block's input. None: the experts read d_model.")
     first_dense_layers: Count = Field(0, description="MoE models: the first k blocks have a dense MLP of width "
                                                      "d_ff (DeepSeek's first_k_dense_replace).")
     moe_beside_mlp: bool = Field(
@@ -282,7 +286,7 @@ class ModelSpec(BaseModel):
             problems.append(f"top_k={self.top_k} is greater than n_experts={self.n_experts}")
         if self.n_experts == 1:
             for field in ("n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate", "router_bias",
-                          "first_dense_layers", "moe_beside_mlp"):
+                          "first_dense_layers", "moe_beside_mlp", "d_moe_latent"):
                 value = getattr(self, field)
                 if value:
                     problems.append(f"{field}={value} needs a mixture of experts (n_experts > 1), got n_experts=1")
@@ -360,6 +364,9 @@ class ModelSpec(BaseModel):
                 if bad:
                     problems.append(f"moe_beside_mlp=True is modelled with norm_position='sandwich', no shared "
                                     f"experts and no parallel block, got {field}={getattr(self, field)!r}")
+        if self.moe_beside_mlp and self.d_moe_latent is not None:
+            problems.append(f"d_moe_latent={self.d_moe_latent} is not modelled with moe_beside_mlp=True (Gemma 4's "
+                            "experts read d_model)")
         if self.d_embedding is not None and self.lm_head:
             problems.append(f"d_embedding={self.d_embedding} is for an encoder without an LM head (ALBERT's "
                             "AlbertModel); set lm_head=False")

@@ -10,9 +10,9 @@ own, never guessed. A row that differs as the family documents (its `known` hook
 
 MoE on meta: transformers' eager experts pick their tokens with `nonzero`, which has no meta kernel (no data to
 route on). Their forward is replaced, on the instance, by a round robin over the same weights: token slot s = t*k + j
-goes to expert s mod E, each expert one F.linear over its gate_up_proj and one over its down_proj, as the eager path
-runs them (gpt-oss's transposed experts with biases: x @ W + b, as its eager loop does); every token passes
-through k experts, as with real routing, so the FLOPs are those of any routing.
+goes to expert s mod E, each expert one F.linear over its gate_up_proj (Nemotron-H's: its up_proj, no gate) and one
+over its down_proj, as the eager path runs them (gpt-oss's transposed experts with biases: x @ W + b, as its eager
+loop does); every token passes through k experts, as with real routing, so the FLOPs are those of any routing.
 
 For a model_type tfcalc does not model but transformers does (`traced`), the totals are reported as traced.
 """
@@ -267,7 +267,8 @@ def _round_robin_experts(self, hidden_states, top_k_index, top_k_weights):
     import torch.nn.functional as F
 
     tokens, k = top_k_index.shape
-    experts = self.gate_up_proj.shape[0]
+    gated = getattr(self, "gate_up_proj", None) is not None
+    experts = _up(self).shape[0]
     for e in range(experts):
         n = (tokens * k - e + experts - 1) // experts  # slots s < tokens*k with s % experts == e
         if n == 0:
@@ -277,9 +278,19 @@ def _round_robin_experts(self, hidden_states, top_k_index, top_k_weights):
             h = self._apply_gate(x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e])
             h = h @ self.down_proj[e] + self.down_proj_bias[e]
             continue
+        if not gated:  # Nemotron-H's experts: up_proj and down_proj, no gate
+            F.linear(self.act_fn(F.linear(x, self.up_proj[e])), self.down_proj[e])
+            continue
         gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
         F.linear(self.act_fn(gate) * up, self.down_proj[e])
     return torch.zeros_like(hidden_states)
+
+
+def _up(module):
+    """A stacked-experts module's first weight: gate_up_proj, or up_proj where the experts have no gate (Nemotron-H);
+    None for any other module."""
+    up = getattr(module, "gate_up_proj", None)
+    return up if up is not None else getattr(module, "up_proj", None)
 
 
 def _transposed_with_biases(module) -> bool:
@@ -290,10 +301,11 @@ def _transposed_with_biases(module) -> bool:
 
 
 def _route_experts_round_robin(model) -> int:
-    """Swap the forward of every stacked-experts module (3-D gate_up_proj and down_proj) for the round robin."""
+    """Swap the forward of every stacked-experts module (3-D gate_up_proj, or up_proj without a gate, and down_proj)
+    for the round robin."""
     routed = 0
     for module in model.modules():
-        weights = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+        weights = _up(module), getattr(module, "down_proj", None)
         transposed = _transposed_with_biases(module)
         if all(getattr(w, "ndim", 0) == 3 for w in weights) and (hasattr(module, "act_fn") or transposed):
             if not transposed and any(n.endswith("_bias") for n, _ in module.named_parameters(recurse=False)):

@@ -14,10 +14,11 @@ from ...arch.ops import Elementwise, Linear, Matmul, Op
 
 
 def ffn(ctx: Ctx, names: tuple[str, str, str], rows: int, width: int, weights: int = 1,
-         active: int | None = None) -> list[Op]:
+         active: int | None = None, d_in: int | None = None) -> list[Op]:
     """up [and gate] D -> width, the activation, down width -> D, over `rows` token rows; `names` are the
-    components of (up, gate, down). Shared by the dense MLP and the experts."""
-    spec, D, bias = ctx.spec, ctx.spec.d_model, ctx.spec.has_mlp_bias
+    components of (up, gate, down); D is d_in where given (experts on a latent width). Shared by the dense MLP and
+    the experts."""
+    spec, D, bias = ctx.spec, d_in or ctx.spec.d_model, ctx.spec.has_mlp_bias
     gated = spec.mlp == "gated"
     up, gate, down = (ctx.name(name) for name in names)
     lin_up, lin_gate, lin_down = _linears(width, D, gated, routed=active is not None)

@@ -12,12 +12,12 @@ from ...spec import ModelSpec
 class MLP(nn.Module):
     """The `mlp` builder (and one expert of `moe`)."""
 
-    def __init__(self, spec: ModelSpec, d_hidden: int):
+    def __init__(self, spec: ModelSpec, d_hidden: int, d_in: int | None = None):
         super().__init__()
-        bias = spec.has_mlp_bias
-        self.up = nn.Linear(spec.d_model, d_hidden, bias=bias)
-        self.gate = nn.Linear(spec.d_model, d_hidden, bias=bias) if spec.mlp == "gated" else None
-        self.down = nn.Linear(d_hidden, spec.d_model, bias=bias)
+        bias, d_in = spec.has_mlp_bias, d_in or spec.d_model  # d_in: an expert on a latent width
+        self.up = nn.Linear(d_in, d_hidden, bias=bias)
+        self.gate = nn.Linear(d_in, d_hidden, bias=bias) if spec.mlp == "gated" else None
+        self.down = nn.Linear(d_hidden, d_in, bias=bias)
         self.act = ACTIVATIONS[spec.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -27,8 +27,15 @@ def moe(ctx: Ctx) -> list[Op]:
                             linears=router(E)),
                      # softmax over E router logits, then weighting each of the top_k expert outputs
                      Elementwise(ctx.name("moe/routing"), "routing", t, 5 * E + k * D)]
-    # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
-    ops += ffn(ctx, ("moe/experts",) * 3, t * k, spec.d_expert, weights=E, active=k)
+    L = spec.d_moe_latent
+    if L is None:
+        # [T*k, D] @ [D, F_e] (x2 when gated), [T*k, F_e] @ [F_e, D]: E experts' weights, k of them per token
+        ops += ffn(ctx, ("moe/experts",) * 3, t * k, spec.d_expert, weights=E, active=k)
+    else:  # the experts on a latent width L (Nemotron 3): x [T, D] @ [D, L] (the router's x), then
+        # [T*k, L] @ [L, F_e], [T*k, F_e] @ [F_e, L], and their sum [T, L] @ [L, D]
+        ops += [Matmul(ctx.name("moe/latent_in"), t, D, L, bias=spec.has_mlp_bias, shares_input=True),
+                *ffn(ctx, ("moe/experts",) * 3, t * k, spec.d_expert, weights=E, active=k, d_in=L),
+                Matmul(ctx.name("moe/latent_out"), t, L, D, bias=spec.has_mlp_bias)]
     if spec.n_shared_experts:
         n = spec.n_shared_experts  # every token through each: [T*n, D] @ [D, F_s], ...
         shared = ffn(ctx, ("moe/shared_experts",) * 3, t * n, spec.d_shared_expert, weights=n)
@@ -70,6 +77,7 @@ register(BlockKind("moe", moe, family="mlp", norm="mlp", in_pattern=True, refere
                        (r"mlp_branch_norm", "mlp/branch_norm"),
                        (r"moe\.(norm|post_norm|router_norm|expert_scale)", r"moe/\1"),
                        (r"moe\.router", "moe/router"),
+                       (r"moe\.latent_(in|out)", r"moe/latent_\1"),
                        (r"moe\.experts\.\d+\.(up|gate|down)", "moe/experts"),
                        (r"moe\.shared\.\d+\.(up|gate|down)", "moe/shared_experts"),
                        (r"moe\.shared_gate", "moe/shared_gate"),

@@ -42,7 +42,10 @@ class MoE(nn.Module):
             self.router_norm, self.expert_scale = RMSNorm(spec.d_model), Scale(spec.n_experts)
             self.norm, self.post_norm = make_norm(spec), make_norm(spec)
         self.router = nn.Linear(spec.d_model, spec.n_experts, bias=spec.router_bias)
-        self.experts = nn.ModuleList(MLP(spec, spec.d_expert) for _ in range(spec.n_experts))
+        latent = spec.d_moe_latent  # the experts on a latent width: projected there and back (Nemotron 3)
+        self.latent_in = nn.Linear(spec.d_model, latent, bias=spec.has_mlp_bias) if latent else None
+        self.latent_out = nn.Linear(latent, spec.d_model, bias=spec.has_mlp_bias) if latent else None
+        self.experts = nn.ModuleList(MLP(spec, spec.d_expert, latent) for _ in range(spec.n_experts))
         self.shared = nn.ModuleList(MLP(spec, spec.d_shared_expert) for _ in range(spec.n_shared_experts))
         self.shared_gate = nn.Linear(spec.d_model, 1, bias=False) if spec.shared_expert_gate else None
 
@@ -54,11 +57,15 @@ class MoE(nn.Module):
             inputs = self.norm(flat)
         else:
             probs, inputs = self.router(flat).softmax(-1), flat
-        out = torch.zeros_like(flat)
+        if self.latent_in is not None:
+            inputs = self.latent_in(inputs)
+        out = torch.zeros_like(inputs)
         for e, (tokens, weights) in enumerate(self._route(probs)):
             if self.beside:
                 weights = weights * self.expert_scale.weight[e]
             out = _combine(out, tokens, self.experts[e](inputs[tokens]) * weights)
+        if self.latent_out is not None:
+            out = self.latent_out(out)
         if self.beside:
             return self.post_norm(out).view(shape)
         if len(self.shared):
