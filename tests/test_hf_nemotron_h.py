@@ -1,7 +1,8 @@
 """Nemotron-H (nemotron_h) from its config.json: exact against transformers' NemotronHForCausalLM (sum(numel) on meta,
 FlopCounterMode forward FLOPs of an eager CPU forward over its pure-torch path, a decode step after a cache too), with
-transformers' defaults, its pattern string and legacy keys, refusals by field name, the check against transformers
-per component, and the nemotron-h-8b preset pinned to the class built from the published config."""
+transformers' defaults, its pattern string and legacy keys, its MoE blocks (gateless experts, a shared MLP, latent
+projections), refusals by field name, the check against transformers per component, and the nemotron-h-8b and
+nemotron-3-nano-30b-a3b presets pinned to the class built from the published configs."""
 
 import warnings
 
@@ -43,7 +44,8 @@ def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0) -> int
     """FlopCounterMode over one forward of `seq_len` tokens after a prefill of `context` (not counted)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = transformers.NemotronHForCausalLM._from_config(hf_config(config), attn_implementation="eager")
+        model = transformers.NemotronHForCausalLM._from_config(hf_config(config), attn_implementation="eager",
+                                                               experts_implementation="eager")
         ids = torch.randint(config["vocab_size"], (batch, context + seq_len),
                             generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
@@ -58,17 +60,26 @@ def test_defaults_are_transformers_defaults():
         assert getattr(transformers.NemotronHConfig, key) == value, key
 
 
-def test_the_default_config_is_refused_by_its_moe_block(tmp_path):
+def test_the_default_config_with_its_moe_block(tmp_path):
     # NemotronHConfig's default blocks: linear_attention, moe, full_attention, mlp
-    with pytest.raises(TfcalcError, match="layers_block_type=None is not modelled: its 'moe' blocks"):
-        read_hf_config(write(tmp_path, {"model_type": "nemotron_h"}))
+    source = read_hf_config(write(tmp_path, {"model_type": "nemotron_h"}))
+    spec = source.spec
+    assert spec.block_pattern == ["mamba2", "moe", "attention", "mlp"]
+    assert (spec.n_experts, spec.top_k, spec.d_expert, spec.n_shared_experts, spec.d_shared_expert) == (
+        8, 2, 7688, 1, 7688)
+    # one MoE block: router 8 * 4096, 8 experts of 2 * 4096 * 7688 (no gate, no bias), a shared MLP of the same width
+    parts = count(spec).params.components
+    assert (parts["moe/router"], parts["moe/experts"], parts["moe/shared_experts"]) == (
+        8 * 4096, 8 * 2 * 4096 * 7688, 2 * 4096 * 7688) == (32_768, 503_840_768, 62_980_096)
+    assert count(spec).params.total == meta_params({"model_type": "nemotron_h"})
+    assert "1 MoE" in source.source and "e_score_correction_bias, a buffer" in source.source
 
 
 @st.composite
 def configs(draw) -> dict:
     groups = draw(st.integers(1, 2))
     kv = draw(st.integers(1, 2))
-    pattern = draw(st.text(alphabet="M*-", min_size=1, max_size=6))
+    pattern = draw(st.text(alphabet="M*-E", min_size=1, max_size=6))
     config = {"model_type": "nemotron_h", "hidden_size": draw(st.sampled_from([8, 12, 16])),
               "num_attention_heads": kv * draw(st.integers(1, 2)), "num_key_value_heads": kv,
               "head_dim": draw(st.integers(1, 6)), "intermediate_size": draw(st.integers(1, 24)),
@@ -78,10 +89,19 @@ def configs(draw) -> dict:
               "use_conv_bias": draw(st.booleans()), "use_bias": draw(st.booleans()),
               "tie_word_embeddings": draw(st.booleans()), "vocab_size": draw(st.integers(8, 32)),
               "max_position_embeddings": 64}
+    if "E" in pattern:  # the experts: groups of 2 or more, top-k within the kept groups; no mlp_bias (refused)
+        n_group = draw(st.integers(1, 2))
+        experts = n_group * draw(st.integers(2, 3))
+        topk_group = draw(st.integers(1, n_group))
+        config |= {"mlp_bias": False, "n_routed_experts": experts, "n_group": n_group, "topk_group": topk_group,
+                   "num_experts_per_tok": draw(st.integers(1, topk_group * experts // n_group)),
+                   "moe_intermediate_size": draw(st.integers(1, 12)),
+                   "moe_shared_expert_intermediate_size": draw(st.integers(0, 12)),
+                   "moe_latent_size": draw(st.one_of(st.none(), st.integers(1, 10)))}
     if draw(st.booleans()):
         config["hybrid_override_pattern"] = pattern
     else:
-        config["layers_block_type"] = [{"M": "linear_attention", "*": "full_attention", "-": "mlp"}[c]
+        config["layers_block_type"] = [{"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}[c]
                                        for c in pattern]
     return config
 
@@ -129,7 +149,19 @@ def test_the_pattern_string_and_legacy_keys(tmp_path):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"hybrid_override_pattern": "M*E-"}, "hybrid_override_pattern='M*E-' is not modelled: its 'moe' blocks"),
+    ({"hybrid_override_pattern": "E", "n_routed_experts": 1, "num_experts_per_tok": 1},
+     "n_routed_experts=1 is not modelled: tfcalc models a mixture of 2 or more experts"),
+    ({"hybrid_override_pattern": "E", "n_group": 3},
+     "n_group=3 is not modelled: the group-limited router needs n_group dividing n_routed_experts=8 into groups of 2"),
+    ({"hybrid_override_pattern": "E", "n_group": 8}, "n_group=8 is not modelled"),
+    ({"hybrid_override_pattern": "E", "n_group": 2, "topk_group": 3},
+     "topk_group=3 is not modelled: the group-limited router keeps topk_group of the n_group=2 groups"),
+    ({"hybrid_override_pattern": "E", "n_group": 4, "topk_group": 1, "num_experts_per_tok": 3},
+     "num_experts_per_tok=3 is not modelled: more than the topk_group * n_routed_experts / n_group = 2 experts"),
+    ({"hybrid_override_pattern": "E-", "mlp_bias": True},
+     "mlp_bias=True is not modelled: with 'moe' blocks transformers biases the shared expert and the latent"),
+    ({"hybrid_override_pattern": "E", "moe_latent_size": 0}, "moe_latent_size=0"),
+    ({"hybrid_override_pattern": "E", "num_local_experts": "8"}, "num_local_experts='8': expected an integer"),
     ({"hybrid_override_pattern": "M*X"}, "hybrid_override_pattern='M*X' is not modelled: characters 'X'"),
     ({"hybrid_override_pattern": ""}, "hybrid_override_pattern='' is not modelled: no block"),
     ({"layers_block_type": ["mamba"]}, "layers_block_type=['mamba'] is not modelled: entries 'mamba'"),
@@ -165,7 +197,11 @@ def test_the_mlp_blocks_activation(tmp_path):
      "mamba_num_heads": 3, "mamba_head_dim": 4, "ssm_state_size": 2, "n_groups": 1, "conv_kernel": 2,
      "chunk_size": 16, "vocab_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 12,
      "use_bias": True, "use_conv_bias": False, "tie_word_embeddings": True},
-], ids=["every-kind", "biases-tied-one-chunk"])
+    {"hybrid_override_pattern": "ME*E-", "hidden_size": 16, "mamba_num_heads": 4, "mamba_head_dim": 4,
+     "ssm_state_size": 4, "n_groups": 2, "vocab_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1,
+     "head_dim": 8, "intermediate_size": 24, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2,
+     "moe_intermediate_size": 10, "moe_shared_expert_intermediate_size": 12, "moe_latent_size": 6},
+], ids=["every-kind", "biases-tied-one-chunk", "moe-latent"])
 def test_check_hf_config_matches_every_component(tmp_path, config):
     path = write(tmp_path, {"model_type": "nemotron_h", "max_position_embeddings": 64, **config})
     report = hf_model.compare(path, read_hf_config(path).spec, Workload(batch_size=2, seq_len=9))
@@ -173,6 +209,11 @@ def test_check_hf_config_matches_every_component(tmp_path, config):
     rows = {(r.figure, r.component): r for r in report.rows}
     blocks = len(config.get("hybrid_override_pattern") or config["layers_block_type"])
     assert rows["params", "mamba2/norm+attention/norm+mlp/norm"].transformers == blocks * config["hidden_size"]
+    if "moe_latent_size" in config:  # 2 MoE blocks: fc1_latent_proj 16 -> 6 and fc2_latent_proj 6 -> 16, no bias
+        assert rows["params", "moe/latent_in"].transformers == 2 * 16 * 6 == rows["params", "moe/latent_out"].analytic
+        # 4 experts of up 6 -> 10 and down 10 -> 6 in each; 2 * 9 tokens * 2 experts each through them
+        assert rows["params", "moe/experts"].transformers == 2 * 4 * 2 * 6 * 10
+        assert rows["forward", "moe/experts"].transformers == 2 * (2 * 9 * 2) * 2 * (2 * 6 * 10)
 
 
 def test_nemotron_h_8b_preset_is_transformers_built_from_the_config(tmp_path):
@@ -186,6 +227,58 @@ def test_nemotron_h_8b_preset_is_transformers_built_from_the_config(tmp_path):
     assert f"{n_params:,}" in find_preset("nemotron-h-8b").source
     spec = read_hf_config(write(tmp_path, NEMOTRON_H_8B)).spec
     assert spec.replace(name=preset.name) == preset
+
+
+# nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16's config.json, the keys transformers reads, verbatim from a public copy
+# (no network here to the hub): mehulbafnaa/jax-llm-examples, nemotron3/tests/test_model.py (NEMOTRON3_30B_JSON, the
+# whole file with its auto_map, transformers_version 4.55.4); its values agree with two other public quotations.
+NEMOTRON_3_NANO = {"model_type": "nemotron_h", "attention_bias": False, "chunk_size": 128, "conv_kernel": 4,
+                   "head_dim": 128, "hidden_size": 2688,
+                   "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                   "intermediate_size": 1856, "mamba_head_dim": 64, "mamba_hidden_act": "silu", "mamba_num_heads": 64,
+                   "mamba_proj_bias": False, "max_position_embeddings": 262144, "mlp_bias": False,
+                   "mlp_hidden_act": "relu2", "moe_intermediate_size": 1856,
+                   "moe_shared_expert_intermediate_size": 3712, "n_group": 1, "n_groups": 8, "n_routed_experts": 128,
+                   "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts_per_tok": 6,
+                   "num_hidden_layers": 52, "num_key_value_heads": 2, "routed_scaling_factor": 2.5,
+                   "sliding_window": None, "ssm_state_size": 128, "tie_word_embeddings": False, "topk_group": 1,
+                   "use_bias": False, "use_conv_bias": True, "vocab_size": 131072}
+
+
+def test_nemotron_3_nano_preset_is_transformers_built_from_the_config(tmp_path):
+    n_params = meta_params(NEMOTRON_3_NANO)
+    # embedding and head 2 * 131072 * 2688 = 704,643,072; 23 Mamba2 blocks: in_proj 2688 * 10304 + conv 6144 * 5 +
+    # 3 * 64 + gated norm 4096 + out_proj 4096 * 2688 + norm 2688 = 38,744,896; 6 attention blocks: 2688 * (4096 +
+    # 2 * 256) + 4096 * 2688 + 2688 = 23,399,040; 23 MoE blocks: router 128 * 2688 + 128 experts of 2 * 2688 * 1856 +
+    # shared 2 * 2688 * 3712 + norm 2688 = 1,297,468,032; final norm 2688
+    assert 2688 * 10304 + 6144 * 5 + 3 * 64 + 4096 + 4096 * 2688 + 2688 == 38_744_896
+    assert 2688 * (4096 + 2 * 256) + 4096 * 2688 + 2688 == 23_399_040
+    assert 128 * 2688 + 128 * 2 * 2688 * 1856 + 2 * 2688 * 3712 + 2688 == 1_297_468_032
+    total = 704_643_072 + 23 * 38_744_896 + 6 * 23_399_040 + 23 * 1_297_468_032 + 2688
+    assert n_params == total == 31_577_937_344  # the card's 31.6B
+    preset = load_preset("nemotron-3-nano-30b-a3b")
+    result = count(preset)
+    assert result.params.total == n_params
+    # active: 122 of the 128 experts' 2 * 2688 * 1856 untouched in each of 23 blocks
+    assert result.params.active == n_params - 23 * 122 * 2 * 2688 * 1856 == 3_580_073_408
+    assert f"{n_params:,}" in find_preset("nemotron-3-nano-30b-a3b").source
+    source = read_hf_config(write(tmp_path, NEMOTRON_3_NANO))
+    assert source.spec.replace(name=preset.name, seq_len=preset.seq_len) == preset
+    assert "23 Mamba2, 6 attention, 0 MLP, 23 MoE" in source.source
+
+
+def test_what_nemotron_h_moe_reads_apart(tmp_path):
+    base = {"model_type": "nemotron_h", "hybrid_override_pattern": "E", "hidden_size": 16, "vocab_size": 32,
+            "intermediate_size": 20, "n_routed_experts": 4, "moe_intermediate_size": 8}
+    # a shared width of 0: NemotronHMLP's `intermediate_size or config.intermediate_size`
+    zero = {**base, "moe_shared_expert_intermediate_size": 0, "n_shared_experts": 3, "num_nextn_predict_layers": 1,
+            "mtp_layers_block_type": ["full_attention", "moe"]}
+    source = read_hf_config(write(tmp_path, zero))
+    assert source.spec.d_shared_expert == 20 and source.spec.n_shared_experts == 1
+    assert "falls back to intermediate_size=20" in source.source
+    assert "n_shared_experts=3 not read" in source.source
+    assert "num_nextn_predict_layers=1: the multi-token-prediction layers are not built" in source.source
+    assert count(source.spec).params.total == meta_params(zero)
 
 
 def test_nemotron_h_8b_decode_state_and_kv_cache_apart():
@@ -204,3 +297,20 @@ def test_the_preset_on_meta_agrees_with_flop_counter_and_fvcore():
     report = check(spec, "meta", fold=foldable(spec))
     assert report.match and all(row.match for row in [*report.forward, *report.params])
     assert report.to_dict()["forward"]["flop_counter"] == count(spec).flops.forward
+
+
+def test_a_latent_moe_on_the_reference_model_agrees_with_flop_counter_and_fvcore(tmp_path):
+    # the MoE-latent config of the check above, read by tfcalc, then its own reference model on meta
+    config = {"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E", "hidden_size": 16, "mamba_num_heads": 4,
+              "mamba_head_dim": 4, "ssm_state_size": 4, "n_groups": 2, "vocab_size": 32, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "head_dim": 8, "n_routed_experts": 4, "num_experts_per_tok": 2,
+              "moe_intermediate_size": 10, "moe_shared_expert_intermediate_size": 12, "moe_latent_size": 6,
+              "max_position_embeddings": 64}
+    spec = read_hf_config(write(tmp_path, config)).spec
+    assert spec.d_moe_latent == 6
+    report = check(spec, "meta")
+    assert report.match and all(row.match for row in [*report.forward, *report.params])
+    assert report.to_dict()["forward"]["flop_counter"] == count(spec).flops.forward == eager_flops(config, 1, 64)
+    with pytest.raises(ValueError, match="d_moe_latent=6 needs a mixture of experts"):
+        spec.replace(n_experts=1, top_k=1, n_shared_experts=0, d_expert=None, d_shared_expert=None,
+                     block_pattern=["mamba2", "mlp", "attention", "mlp"])
