@@ -2,7 +2,7 @@
 FlopCounterMode forward FLOPs of an eager CPU forward over its pure-torch path, a decode step after a cache too), with
 transformers' defaults, its pattern string and legacy keys, its MoE blocks (gateless experts, a shared MLP, latent
 projections), refusals by field name, the check against transformers per component, and the nemotron-h-8b and
-nemotron-3-nano-30b-a3b presets pinned to the class built from the published configs."""
+nemotron-3-nano presets pinned to the class built from the published configs."""
 
 import warnings
 
@@ -256,12 +256,12 @@ def test_nemotron_3_nano_preset_is_transformers_built_from_the_config(tmp_path):
     assert 128 * 2688 + 128 * 2 * 2688 * 1856 + 2 * 2688 * 3712 + 2688 == 1_297_468_032
     total = 704_643_072 + 23 * 38_744_896 + 6 * 23_399_040 + 23 * 1_297_468_032 + 2688
     assert n_params == total == 31_577_937_344  # the card's 31.6B
-    preset = load_preset("nemotron-3-nano-30b-a3b")
+    preset = load_preset("nemotron-3-nano-30b-a3b")  # an alias of nemotron-3-nano
     result = count(preset)
     assert result.params.total == n_params
     # active: 122 of the 128 experts' 2 * 2688 * 1856 untouched in each of 23 blocks
     assert result.params.active == n_params - 23 * 122 * 2 * 2688 * 1856 == 3_580_073_408
-    assert f"{n_params:,}" in find_preset("nemotron-3-nano-30b-a3b").source
+    assert f"{n_params:,}" in find_preset("nemotron-3-nano").source
     source = read_hf_config(write(tmp_path, NEMOTRON_3_NANO))
     assert source.spec.replace(name=preset.name, seq_len=preset.seq_len) == preset
     assert "23 Mamba2, 6 attention, 0 MLP, 23 MoE" in source.source
