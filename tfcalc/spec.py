@@ -239,6 +239,17 @@ class ModelSpec(BaseModel):
                                                        "kv_lora_rank.")
     v_head_dim: Size | None = Field(None, description="MLA: width of each value head (v_head_dim). Required with "
                                                       "kv_lora_rank.")
+    index_n_heads: Size | None = Field(
+        None, description="MLA with a sparse-attention indexer (DeepSeek-V3.2's DSA): its heads. The indexer scores "
+                          "every (query, key) pair: wq_b q_lora_rank -> index_n_heads * index_head_dim, wk D -> "
+                          "index_head_dim with a layer norm, weights_proj D -> index_n_heads; the keys it picks are "
+                          "the only ones attention keeps (an eager model masks the others). Needs q_lora_rank and "
+                          "index_head_dim.")
+    index_head_dim: Size | None = Field(None, description="MLA's indexer: the width of its query heads and of its one "
+                                                          "key per token (cached beside the latent).")
+    index_topk: Size | None = Field(None, description="MLA's indexer: the keys each query keeps (the reference model "
+                                                      "masks the others, as an eager model does: the same FLOPs). "
+                                                      "Default with the indexer: 2048 (DeepSeek-V3.2's).")
 
     # encoder-decoder
     shared_embeddings: bool = Field(True, description="Encoder and decoder share one token embedding "
@@ -384,6 +395,18 @@ class ModelSpec(BaseModel):
         """Multi-head latent attention: its fields together, d_head = qk_nope_dim + qk_rope_dim (the query/key head),
         one key/value head per query head, rotary on the qk_rope_dim channels (rotary_dim)."""
         mla = ("qk_nope_dim", "qk_rope_dim", "v_head_dim")
+        if (self.index_n_heads is None) != (self.index_head_dim is None):
+            given = "index_n_heads" if self.index_head_dim is None else "index_head_dim"
+            problems.append(f"{given}={getattr(self, given)}: the indexer needs both index_n_heads and "
+                            "index_head_dim")
+        if self.index_n_heads is None and self.index_topk is not None:
+            problems.append(f"index_topk={self.index_topk} is the indexer's: it needs index_n_heads and "
+                            "index_head_dim")
+        elif self.index_n_heads is not None and self.index_topk is None:
+            self._set("index_topk", 2048)
+        if self.index_n_heads is not None and self.q_lora_rank is None:
+            problems.append(f"index_n_heads={self.index_n_heads}: the indexer's queries read the query latent: it "
+                            "needs q_lora_rank (and kv_lora_rank)")
         if self.kv_lora_rank is None:
             for field in ("q_lora_rank", *mla):
                 if getattr(self, field) is not None:
@@ -412,6 +435,9 @@ class ModelSpec(BaseModel):
         elif self.rotary_dim != self.qk_rope_dim:
             problems.append(f"rotary_dim={self.rotary_dim}: with {where} rotary turns the qk_rope_dim="
                             f"{self.qk_rope_dim} channels; leave rotary_dim out")
+        if self.index_head_dim is not None and self.index_head_dim < self.qk_rope_dim:
+            problems.append(f"index_head_dim={self.index_head_dim}: the indexer turns the first qk_rope_dim="
+                            f"{self.qk_rope_dim} channels of each of its heads by rotary; give at least that many")
         for field, bad in (("n_encoder_layers", self.n_encoder_layers), ("qk_norm", self.qk_norm != "none"),
                            ("attention_sinks", getattr(self, "attention_sinks", False)),
                            ("attention_gate", getattr(self, "attention_gate", False)),

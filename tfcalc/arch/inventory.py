@@ -74,9 +74,10 @@ class Inventory:
 
 
 def family(op: Op) -> str:
-    """The kind of work a record does: "quadratic" for an attention core's scores and values, else its builder's
-    family ("attention", "cross_attention", "mlp", "mixer", "other")."""
-    return "quadratic" if op.role == "core" else _family(op)
+    """The kind of work a record does: "quadratic" for an attention core's scores and values and a sparse-attention
+    indexer's scores (every query against every key), else its builder's family ("attention", "cross_attention",
+    "mlp", "mixer", "other")."""
+    return "quadratic" if op.role in ("core", "indexer") else _family(op)
 
 
 def _family(op: Op) -> str:

@@ -19,6 +19,14 @@ scores, e_score_correction_bias (a buffer in transformers, not a parameter: not 
 group_limited_greedy). They are checked where transformers' router needs them to run (n_group dividing
 n_routed_experts), otherwise not read. DeepSeek-V3's multi-token-prediction module (num_nextn_predict_layers, 14B
 on the hub) is not in transformers' DeepseekV3ForCausalLM: not counted.
+
+DeepSeek-V3.2 (`deepseek_v32`, DeepseekV32ForCausalLM): V3's blocks, q_lora_rank required (its attention has no plain
+q_proj), and in every attention a sparse-attention indexer (DeepseekV32Indexer): wq_b [index_n_heads *
+index_head_dim, q_lora_rank], wk [index_head_dim, hidden], k_norm (a LayerNorm [index_head_dim], weight and bias),
+weights_proj [index_n_heads, hidden], no biases; ModelSpec's index_n_heads, index_head_dim. Its scores cover every
+(query, key) pair; index_topk keys per query are kept and transformers' eager attention masks the others (it
+computes every pair: counted as it runs, docs/formulas.md gives the sparse figure). mlp_layer_types ("dense" or
+"sparse" per block; by default first_k_dense_replace dense, then sparse) is read where its dense blocks come first.
 """
 
 from __future__ import annotations
@@ -49,6 +57,13 @@ V2_TYPES = _COMMON_TYPES | dict(mlp_bias="bool", topk_method="str?", first_k_den
 V3_TYPES = _COMMON_TYPES | dict(first_k_dense_replace="int?", v_head_dim="size?", rope_interleave="bool?",
                                 num_nextn_predict_layers="count", num_mtp_layers="count")
 
+# DeepseekV32Config's class attributes for the fields it adds or changes (its head_dim is set to qk_rope_head_dim)
+V32_DEFAULTS = V3_DEFAULTS | dict(n_group=8, topk_group=4, max_position_embeddings=163840, index_topk=2048,
+                                  index_head_dim=128, index_n_heads=64, mlp_layer_types=None, mlp_bias=False)
+V32_TYPES = {k: v for k, v in V3_TYPES.items() if k not in ("num_mtp_layers",)} | dict(
+    q_lora_rank="size?", first_k_dense_replace="int", index_topk="size", index_head_dim="size", index_n_heads="size",
+    mlp_layer_types="strings?", mlp_bias="bool", layer_types="strings?")
+
 _LAYER = r"model\.layers\.\d+\."
 COMPONENTS = [
     (r"model\.embed_tokens", "embedding/token"),
@@ -72,6 +87,13 @@ COMPONENTS = [
     (r"model\.norm", "final_norm"),
     (r"lm_head", "head"),
 ]
+V32_COMPONENTS = [*COMPONENTS,
+                  (_LAYER + r"self_attn\.indexer\.wq_b", "attention/indexer_q"),
+                  (_LAYER + r"self_attn\.indexer\.wk", "attention/indexer_k"),
+                  (_LAYER + r"self_attn\.indexer\.k_norm", "attention/indexer_k_norm"),
+                  (_LAYER + r"self_attn\.indexer\.weights_proj", "attention/indexer_weights"),
+                  # its own FLOPs: the scores, relu(q k^T) weighted over the heads
+                  (_LAYER + r"self_attn\.indexer", "attention/indexer_scores")]
 
 
 def _deepseek(cfg: dict, notes: list[str], version: int) -> dict:
@@ -156,8 +178,40 @@ def deepseek_v3(cfg: dict, notes: list[str]) -> dict:
     return _deepseek(cfg, notes, 3)
 
 
+def deepseek_v32(cfg: dict, notes: list[str]) -> dict:
+    refuse_if(cfg, "q_lora_rank", cfg["q_lora_rank"] is None, "DeepseekV32Attention always projects the queries "
+              "through q_a_proj and q_b_proj, and its indexer reads that latent: give a rank")
+    L = cfg["num_hidden_layers"]
+    types = cfg["mlp_layer_types"]
+    if types is not None:  # over first_k_dense_replace, as DeepseekV32Config reads it
+        refuse_if(cfg, "mlp_layer_types", len(types) != L or set(types) - {"dense", "sparse"},
+                  f"expected num_hidden_layers={L} entries, each 'dense' or 'sparse'")
+        dense = types.count("dense")
+        refuse_if(cfg, "mlp_layer_types", types != ["dense"] * dense + ["sparse"] * (L - dense),
+                  "tfcalc models the dense blocks first, then the MoE blocks (first_dense_layers)")
+        if dense != cfg["first_k_dense_replace"]:
+            notes.append(f"first_k_dense_replace={cfg['first_k_dense_replace']} not read: mlp_layer_types gives "
+                         f"{dense} dense blocks")
+        cfg = {**cfg, "first_k_dense_replace": dense}
+    layer_types = cfg.get("layer_types")
+    refuse_if(cfg, "layer_types", layer_types is not None and set(layer_types) - {"indexed_attention"},
+              "every DeepSeek-V3.2 block is indexed_attention")
+    if cfg["mlp_bias"] is True:
+        notes.append("mlp_bias=True not read: DeepseekV32MLP and its experts have no biases whatever it says")
+    rope, d = cfg["qk_rope_head_dim"], cfg["index_head_dim"]
+    refuse_if(cfg, "index_head_dim", d < rope, f"the indexer turns the first qk_rope_head_dim={rope} channels of each "
+              "of its heads by rotary: give at least that many")
+    fields = _deepseek(cfg, notes, 3)
+    notes.append(f"index_topk={cfg['index_topk']}: transformers' eager attention scores every (query, key) pair and "
+                 "masks the keys the indexer leaves out; counted as it runs (docs/formulas.md: the sparse figure)")
+    return fields | dict(index_n_heads=cfg["index_n_heads"], index_head_dim=d, index_topk=cfg["index_topk"])
+
+
 # the config classes' attribute_map: DeepseekV2Config names n_routed_experts num_experts, V3 num_local_experts
 register(Family("deepseek_v2", V2_DEFAULTS, V2_TYPES, deepseek_v2, COMPONENTS,
                 aliases={"num_experts": "n_routed_experts"}),
          Family("deepseek_v3", V3_DEFAULTS, V3_TYPES, deepseek_v3, COMPONENTS,
-                aliases={"num_local_experts": "n_routed_experts"}))
+                aliases={"num_local_experts": "n_routed_experts"}),
+         # V3.2's attribute_map, and num_experts, which its __post_init__ reads over n_routed_experts
+         Family("deepseek_v32", V32_DEFAULTS, V32_TYPES, deepseek_v32, V32_COMPONENTS,
+                aliases={"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"}))

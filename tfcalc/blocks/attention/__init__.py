@@ -109,6 +109,10 @@ def _mla_attention(ctx: Ctx) -> list[Op]:
         ops.append(Matmul(ctx.name("attention/q"), t, D, H * (nope + rope), bias=bias, split="column",
                           shares_input=True))
     cached = ctx.stack.name != "encoder" and spec.causal
+    if spec.index_n_heads is not None:  # DeepSeek-V3.2's indexer: it picks the keys the core keeps
+        from .indexer import indexer_ops
+
+        ops += indexer_ops(ctx, cached)
     return ops + [
         # every key's latent, cached and new: [B*keys, r_kv] @ [r_kv, H*(nope+v)]
         Matmul(ctx.name("attention/kv_b"), ctx.b * ctx.keys, r_kv, H * (nope + d_v), split="column"),
@@ -155,4 +159,6 @@ register(BlockKind("attention", attention, family="attention", norm="attention",
                    components=(
                        (r"attention\.(qkv|q_norm|k_norm|core|out|sinks)", r"attention/\1"),
                        (r"attention\.(q_a|q_a_norm|q_b|q|kv_a|kv_a_norm|kv_b)", r"attention/\1"),  # latent attention
+                       # DeepSeek-V3.2's indexer: its projections, its key norm and (its own FLOPs) the scores
+                       (r"attention\.indexer\.(q|k|k_norm|weights|scores)", r"attention/indexer_\1"),
                    )))

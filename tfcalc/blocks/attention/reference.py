@@ -130,6 +130,7 @@ class LatentAttention(nn.Module):
             self.q_a = self.q_a_norm = self.q_b = None
             self.q = nn.Linear(D, H * d_qk, bias=bias)
         self.kv_b = nn.Linear(self.r_kv, H * (self.d_nope + self.d_v), bias=False)
+        self.indexer = Indexer(spec) if spec.index_n_heads is not None else None
         self.core = AttentionCore(causal, layer.window, explicit)
         self.out = nn.Linear(H * self.d_v, D, bias=spec.bias)
         self.recompute_core = recompute == "selective"
@@ -142,7 +143,10 @@ class LatentAttention(nn.Module):
         # [B, N, r_kv]: the norm keeps a copy of its own (clone: .contiguous() of a view whose other dims are 1
         # would return the view, and keep the whole kv_a output alive)
         latent = self.kv_a_norm(latent.clone())
-        q = self.q(x) if self.q is not None else self.q_b(self.q_a_norm(self.q_a(x)))
+        q_latent = self.q_a_norm(self.q_a(x)) if self.q is None else None
+        q = self.q(x) if self.q is not None else self.q_b(q_latent)
+        # the keys the indexer picks: eager attention masks the others (the same FLOPs), a bias [B, 1, N, keys]
+        picked = self.indexer(x, q_latent, context, rope) if self.indexer is not None else None
         q_nope, q_rope = split_heads(q, H, nope + d_rope).split([nope, d_rope], dim=-1)
         k_rope = k_rope.unsqueeze(1)  # [B, 1, N, rope]: one rotary key for every head
         q_rope, k_rope = rotary(q_rope, context, rope), rotary(k_rope, context, rope)
@@ -152,8 +156,54 @@ class LatentAttention(nn.Module):
         k_nope, v = split_heads(self.kv_b(latent), H, nope + d_v).split([nope, d_v], dim=-1)
         q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope.expand(-1, H, -1, -1)], dim=-1)
+        if picked is not None:
+            bias = picked if bias is None else bias + picked
         y = run_core(self.core, self.recompute_core, q, k, v.clone(), bias)  # v in its own storage
         return self.out(y.transpose(1, 2).reshape(B, N, H * d_v))
+
+
+
+class Indexer(nn.Module):
+    """DeepSeek-V3.2's indexer (blocks/attention/indexer.py): wq_b over the query latent, wk and its LayerNorm over x,
+    weights_proj over x; relu(q k^T) weighted over its heads, per (query, key), then each query's top keys. Under
+    no_grad, as transformers runs it. Its selection is not applied to the core here (transformers' eager path
+    masks, not skips, the other keys: the core's FLOPs are the same). Returns that mask as an additive bias."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        D, h, d = spec.d_model, spec.index_n_heads, spec.index_head_dim
+        self.h, self.d, self.d_rope, self.topk = h, d, spec.qk_rope_dim, spec.index_topk
+        self.q = nn.Linear(spec.q_lora_rank, h * d, bias=False)
+        self.k = nn.Linear(D, d, bias=False)
+        self.k_norm = nn.LayerNorm(d)
+        self.weights = nn.Linear(D, h, bias=False)
+        self.scores = IndexerScores()
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, q_latent: torch.Tensor, context: int, rope) -> torch.Tensor:
+        B, N, _ = x.shape
+        q = self.q(q_latent).view(B, N, self.h, self.d)
+        k = self.k_norm(self.k(x))  # [B, N, d]
+        q_rot, q_pass = q.split([self.d_rope, self.d - self.d_rope], dim=-1)
+        k_rot, k_pass = k.unsqueeze(1).split([self.d_rope, self.d - self.d_rope], dim=-1)
+        q = torch.cat([rotary(q_rot.transpose(1, 2), context, rope).transpose(1, 2), q_pass], dim=-1)
+        k = torch.cat([rotary(k_rot, context, rope), k_pass], dim=-1).squeeze(1)
+        if context:  # the cached keys before the new ones
+            k = torch.cat([k.new_zeros(B, context, self.d), k], dim=1)
+        index = self.scores(q, k, self.weights(x))  # [B, N, keys]
+        keys = int(index.shape[-1])
+        causal = torch.ones(N, keys, dtype=torch.bool, device=x.device).tril(keys - N)
+        picked = index.masked_fill(~causal, float("-inf")).topk(min(self.topk, keys), dim=-1).indices
+        blocked = torch.full_like(index, float("-inf")).scatter(-1, picked, 0.0)
+        return blocked.unsqueeze(1)  # [B, 1, N, keys]: 0 at the picked keys
+
+
+class IndexerScores(nn.Module):
+    """The `attention/indexer_scores` record: w [B, N, 1, h] @ relu(q [B, N, h, d] @ k^T [B, 1, d, keys])."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        scores = torch.relu(torch.matmul(q, k.transpose(-1, -2).unsqueeze(1)))  # [B, N, h, keys]
+        return torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)
 
 
 
