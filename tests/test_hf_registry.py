@@ -135,6 +135,8 @@ EXTRA_ALIASES = {("bloom", "n_embed"): "BloomConfig pops n_embed from its kwargs
                  ("lfm2", "tie_embedding"): "Lfm2Config pops tie_embedding from its kwargs into tie_word_embeddings",
                  ("lfm2", "block_ff_dim"): "Lfm2Config pops block_ff_dim from its kwargs into intermediate_size",
                  ("lfm2_moe", "tie_embedding"): "Lfm2MoeConfig pops tie_embedding into tie_word_embeddings",
+                 ("deepseek_v32", "num_experts"): "DeepseekV32Config reads num_experts from its kwargs over "
+                                                  "n_routed_experts",
                  **{("nemotron_h", f"mamba_{k}"): f"NemotronHConfig pops mamba_{k} from its kwargs into {v}"
                     for k, v in (("n_groups", "n_groups"), ("d_conv", "conv_kernel"), ("chunk_size", "chunk_size"),
                                  ("conv_bias", "use_conv_bias"))}}

@@ -16,7 +16,7 @@ EXPECTED = {
     "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "gemma2-9b", "gemma2-27b", "gemma3-27b", "olmo2-7b",
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
     "albert-base-v2", "albert-xxlarge-v2", "gpt-oss-20b", "gpt-oss-120b",
-    "deepseek-v3", "deepseek-v2", "deepseek-v2-lite",
+    "deepseek-v3", "deepseek-v3.2", "deepseek-v2", "deepseek-v2-lite",
     "granite3-3b-a800m", "mbart-large-cc25", "distilbert-base", "opus-mt-en-de",
     "bloom-176b", "bloom-7b1", "mpt-7b",
     "pythia-6.9b", "gpt-j-6b", "falcon-7b", "falcon-40b", "phi-2", "command-r", "command-r-plus", "smollm3-3b",
