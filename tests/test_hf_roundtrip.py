@@ -86,6 +86,7 @@ TOKENS = dict(pad_token_id=0, bos_token_id=0, eos_token_id=0)
 SMALL_FOR = {
     "deepseek_v2": dict(num_key_value_heads=4, num_experts_per_tok=2),  # MLA: a key and a value per head
     "deepseek_v3": dict(num_key_value_heads=4),
+    "deepseek_v32": dict(num_key_value_heads=4),
     "gptj": dict(rotary_dim=8),  # at most the head's 16 channels
     "gpt_neox": dict(head_dim=None),  # GPTNeoXAttention's heads are hidden_size // heads wide
     "falcon": dict(num_kv_heads=None),
@@ -159,11 +160,12 @@ REFUSED = {
     ("opt", "word_embed_proj_dim"): "word_embed_proj_dim",
     ("opt", "layer_norm_elementwise_affine"): "layer_norm_elementwise_affine",
     **{(t, "use_bidirectional_attention"): "use_bidirectional_attention" for t in ("gemma2", "gemma3_text", "gemma3")},
-    **{(t, f): "num_key_value_heads" for t in ("deepseek_v2", "deepseek_v3")  # MLA: one key/value head per head
-       for f in ("num_attention_heads", "num_key_value_heads")},
-    **{(t, "moe_layer_freq"): "moe_layer_freq" for t in ("deepseek_v2", "deepseek_v3")},
-    ("deepseek_v2", "mlp_bias"): "mlp_bias", ("deepseek_v3", "n_group"): "n_group",
-    ("deepseek_v3", "num_experts_per_tok"): "num_experts_per_tok",
+    **{(t, f): "num_key_value_heads" for t in ("deepseek_v2", "deepseek_v3", "deepseek_v32")  # MLA: one key/value
+       for f in ("num_attention_heads", "num_key_value_heads")},  # head per head
+    **{(t, "moe_layer_freq"): "moe_layer_freq" for t in ("deepseek_v2", "deepseek_v3", "deepseek_v32")},
+    ("deepseek_v2", "mlp_bias"): "mlp_bias",
+    **{(t, "n_group"): "n_group" for t in ("deepseek_v3", "deepseek_v32")},
+    **{(t, "num_experts_per_tok"): "num_experts_per_tok" for t in ("deepseek_v3", "deepseek_v32")},
     # GLM-4.5's group-limited router: 4 experts in 4 groups, each scored by its top 2; Phi-3.5-MoE's sparsemixer: 2
     ("glm4_moe", "n_group"): "n_group", ("glm4_moe", "num_experts_per_tok"): "num_experts_per_tok",
     ("phimoe", "num_experts_per_tok"): "num_experts_per_tok",
@@ -231,6 +233,7 @@ NULLS_REFUSED = {
                     "topk_method": "forward"},
     "deepseek_v3": {"moe_layer_freq": "kind", "n_group": "forward", "num_experts": "kind",
                     "num_experts_per_tok": "forward", "num_nextn_predict_layers": "kind", "topk_group": "forward"},
+    "deepseek_v32": {"moe_layer_freq": "kind", "num_nextn_predict_layers": "kind"},
     "olmo3": {"sliding_window": "forward"}, "exaone4": {"sliding_window": "forward"},
     "gemma4_text": {"global_head_dim": "kind"}, "gemma4": {"global_head_dim": "kind"},
     "gpt_neox": {"rotary_pct": "forward"}, "gpt_oss": {"sliding_window": "forward"},
