@@ -190,3 +190,19 @@ def test_deepseek_v32_forward_counts_every_pair_and_caches_the_indexer_keys():
     m = inference_memory(spec, Workload(phase="decode", seq_len=1, context=8191))
     # per token and block: the latent and rotary key (512 + 64) and the indexer's key (128), bf16
     assert m.kv_cache_bytes == 61 * 8192 * (512 + 64 + 128) * 2
+
+
+def test_training_memory_against_mem_tracker_and_what_no_grad_leaves_out(tmp_path):
+    from tfcalc.verify.memory_check import check_memory
+
+    spec = read_hf_config(write(tmp_path, {**SMALL, "first_k_dense_replace": 3})).spec
+    for recompute in ("none", "selective"):  # selective: the core's checkpoint keeps the mask of picked keys
+        rows = {r.category: r for r in check_memory(spec, Workload(batch_size=2, seq_len=16),
+                                                     recompute=recompute).rows}
+        assert all(r.match for c, r in rows.items() if c not in ("gradients", "optimizer states")), rows
+        # the reference runs the indexer under no_grad, as transformers does: its 3 * (5 * 24 + 16 * 8 + 2 * 8 +
+        # 16 * 3) = 936 weights in 15 tensors get no gradient from the model's loss, and AdamW no state; the plan
+        # counts them trained (DeepSeek trains the indexer by a loss of its own): bf16 gradients, fp32 moments
+        # and a 4-byte step counter a tensor
+        assert rows["gradients"].analytic - rows["gradients"].measured == 936 * 2
+        assert rows["optimizer states"].analytic - rows["optimizer states"].measured == 936 * 8 + 15 * 4

@@ -98,7 +98,12 @@ class IndexerScores(Record):
         return []
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
-        return {}  # no_grad: nothing kept for a backward
+        # no_grad: the scores keep nothing for a backward. What it gives attention, the mask of the picked keys
+        # [b, 1, s_q, s_k], is an input of the core: kept when the core is recomputed (selective), as a checkpoint
+        # keeps its inputs
+        if recompute != "selective":
+            return {}
+        return {"mask": par.part(self.b * self.s_q * self.s_k * a, par.whole)}
 
     def gemm(self) -> tuple[int, int, int] | None:
         return None  # batched matmuls of activations: no weights
@@ -110,6 +115,14 @@ class IndexerScores(Record):
         return 0
 
 
+@dataclass(frozen=True, slots=True)
+class IndexerNorm(Norm):
+    """The indexer's key norm: a LayerNorm run under no_grad, so it keeps neither its input nor its statistics."""
+
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        return {}
+
+
 def indexer_ops(ctx: Ctx, cached: bool) -> list[Op]:
     """The indexer's projections, its key norm and its scores, between q_a_norm and the attention core. Its inputs
     are ones attention already keeps (x, the query latent) and it runs under no_grad: its records keep nothing."""
@@ -119,7 +132,7 @@ def indexer_ops(ctx: Ctx, cached: bool) -> list[Op]:
         # the query latent [T, r_q] @ [r_q, h*d]; x [T, D] @ [D, d] and its LayerNorm; x [T, D] @ [D, h]
         Matmul(ctx.name("attention/indexer_q"), t, spec.q_lora_rank, h * d, shares_input=True),
         Matmul(ctx.name("attention/indexer_k"), t, D, d, shares_input=True),
-        Norm(ctx.name("attention/indexer_k_norm"), "layernorm", t, d, shares_input=True),
+        IndexerNorm(ctx.name("attention/indexer_k_norm"), "layernorm", t, d, shares_input=True),
         Matmul(ctx.name("attention/indexer_weights"), t, D, h, shares_input=True),
         IndexerScores(ctx.name("attention/indexer_scores"), ctx.b, h, ctx.s, ctx.keys, d, Mask(ctx.stack.causal),
                       cached),
