@@ -387,6 +387,7 @@ BASE = {
                 norm_type="layernorm", tie_word_embeddings=False,
                 attn_config={"clip_qkv": 6.0, "softmax_scale": 0.5, "alibi_bias_max": 4, "prefix_lm": True}),
 }
+BASE["deepseek_v32"] = BASE["deepseek_v3"] | dict(index_n_heads=2, index_head_dim=16, index_topk=8)
 BASE["lfm2"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                     intermediate_size=96, max_position_embeddings=32, vocab_size=100, block_multiple_of=16,
                     block_ffn_dim_multiplier=1.5, conv_bias=True, layer_types=["conv", "full_attention"] * 2)
@@ -749,7 +750,7 @@ DIRECT |= {
     "gpt_oss": _DECODER_DIRECT | dict(attention_bias="bias", sliding_window="sliding_window",
                                       num_local_experts="n_experts", num_experts="n_experts",
                                       num_experts_per_tok="top_k"),
-    **dict.fromkeys(("deepseek_v2", "deepseek_v3"), dict(
+    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "deepseek_v32"), dict(
         num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads", intermediate_size="d_ff",
         vocab_size="vocab_size", tie_word_embeddings="tie_embeddings", kv_lora_rank="kv_lora_rank",
         q_lora_rank="q_lora_rank", qk_nope_head_dim="qk_nope_dim", qk_rope_head_dim="qk_rope_dim",

@@ -125,7 +125,7 @@ def test_mlp_layer_types_over_first_k_dense_replace(tmp_path):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"q_lora_rank": None}, "q_lora_rank=None is not modelled: DeepseekV32Attention always projects the queries"),
+    ({"q_lora_rank": None}, "q_lora_rank=None: expected an integer"),  # DeepseekV32Config refuses it too
     ({"index_head_dim": 3}, "index_head_dim=3 is not modelled: the indexer turns the first qk_rope_head_dim=4"),
     ({"mlp_layer_types": ["sparse", "dense", "sparse"]},
      "mlp_layer_types=['sparse', 'dense', 'sparse'] is not modelled: tfcalc models the dense blocks first"),

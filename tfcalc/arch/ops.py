@@ -25,7 +25,7 @@ a table's is its kind; an elementwise op's its kind. `sublayer` is the block kin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import TfcalcError
 
@@ -255,8 +255,8 @@ class Matmul(Record):
     sublayer: str = ""
     # the implementation's linear modules behind this record (None: one [k, n] linear, or none when it owns no
     # matrix; (): none of its own, its matrix is part of another record's module) and its adapter, if any
-    linears: tuple[Linear, ...] | None = None
-    lora: Lora | None = None
+    linears: tuple[Linear, ...] | None = field(default=None, repr=False)
+    lora: Lora | None = field(default=None, repr=False)
 
     @property
     def parts(self) -> tuple[int, ...]:

@@ -61,7 +61,9 @@ V3_TYPES = _COMMON_TYPES | dict(first_k_dense_replace="int?", v_head_dim="size?"
 V32_DEFAULTS = V3_DEFAULTS | dict(n_group=8, topk_group=4, max_position_embeddings=163840, index_topk=2048,
                                   index_head_dim=128, index_n_heads=64, mlp_layer_types=None, mlp_bias=False)
 V32_TYPES = {k: v for k, v in V3_TYPES.items() if k not in ("num_mtp_layers",)} | dict(
-    q_lora_rank="size?", first_k_dense_replace="int", index_topk="size", index_head_dim="size", index_n_heads="size",
+    q_lora_rank="size", num_key_value_heads="size", head_dim="size", v_head_dim="size", first_k_dense_replace="int",
+    num_experts_per_tok="size", n_group="int", topk_group="int", norm_topk_prob="bool", index_topk="size",
+    index_head_dim="size", index_n_heads="size",
     mlp_layer_types="strings?", mlp_bias="bool", layer_types="strings?")
 
 _LAYER = r"model\.layers\.\d+\."
@@ -179,8 +181,6 @@ def deepseek_v3(cfg: dict, notes: list[str]) -> dict:
 
 
 def deepseek_v32(cfg: dict, notes: list[str]) -> dict:
-    refuse_if(cfg, "q_lora_rank", cfg["q_lora_rank"] is None, "DeepseekV32Attention always projects the queries "
-              "through q_a_proj and q_b_proj, and its indexer reads that latent: give a rank")
     L = cfg["num_hidden_layers"]
     types = cfg["mlp_layer_types"]
     if types is not None:  # over first_k_dense_replace, as DeepseekV32Config reads it
