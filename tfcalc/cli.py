@@ -290,6 +290,22 @@ TgtLenOpt = Annotated[Optional[int], typer.Option("--tgt-len", parser=_integer, 
     "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)."))]
 
 
+ImageSizeOpt = Annotated[Optional[str], typer.Option("--image-size", metavar="H[xW]", rich_help_panel=_WORKLOAD,
+                                                     show_default=False, help=(
+    "A model of images (ViT): each image's height and width in pixels, H (square) or HxW, multiples of the patch "
+    "size (default: the model's image_size). Its tokens are its patches and the class token."))]
+ImagesOpt = Annotated[Optional[int], typer.Option("--images", parser=_integer, metavar="INT",
+                                                  rich_help_panel=_WORKLOAD, show_default=False, help=(
+    "A model of images: images in the step, the batch (default 1)."))]
+
+
+def _tokens_only(spec: ModelSpec, command: str) -> None:
+    """The plans (memory, infer, train, profile) take models of tokens for now: a model of images is refused by name."""
+    if spec.inputs != "tokens":
+        raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of images (inputs='images'); {command} plans "
+                          "models of tokens for now (count and check take --image-size and --images)")
+
+
 _TRAINING = "Training (any of these plans a train step: memory per GPU)"
 
 
@@ -584,9 +600,10 @@ def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
 @sweep_flags
 def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
               hf_config: HfOpt = None, phase: PhaseOpt = None, context: SweepContextOpt = None,
-              src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, quant: QuantOpt = None,
-              plot: PlotOpt = None, lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None,
-              dora: DoraOpt = False, fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
+              src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, image_size: ImageSizeOpt = None,
+              images: ImagesOpt = None, quant: QuantOpt = None, plot: PlotOpt = None,
+              lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
+              fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Exact parameters and FLOPs of one model on one workload, by component; with lists or ranges (--seq-len
     1k..32kx2, -p gpt2,gpt2-medium), one row per point. With --quant (or a config's quantization_config): the
     weights' bytes as stored."""
@@ -602,7 +619,7 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         model_spec, source = resolve(preset, spec, overrides, hf_config)
         q = _quant(quant, hf_config, None)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
-                                overrides.get("seq_len"))
+                                overrides.get("seq_len"), image_size, images)
         result = count(model_spec, workload, adapters=tuned)
         stored = None
         if q is not None:
@@ -633,6 +650,11 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     if tuned is not None:
         raise TfcalcError(f"--lora-rank={lora_rank}: adapters are counted for one model at one workload, not over a "
                           "sweep (give single values)")
+    given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
+             if value is not None]
+    if given:
+        raise TfcalcError(f"{given[0]}: not with a sweep (lists, ranges or several presets) yet; count one model at "
+                          "one image size")
     axes = order(axes)
     path = _plot_start(plot)
     if path is not None:
@@ -726,7 +748,8 @@ TrainOpt = Annotated[bool, typer.Option("--train", help="Also count forward + ba
 @spec_flags
 def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
               phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
-              tgt_len: TgtLenOpt = None, device: DeviceOpt = "meta", train: TrainOpt = False,
+              tgt_len: TgtLenOpt = None, image_size: ImageSizeOpt = None, images: ImagesOpt = None,
+              device: DeviceOpt = "meta", train: TrainOpt = False,
               memory: Annotated[bool, typer.Option("--memory", rich_help_panel=_TRAINING, help=(
                   "Hold the training-memory plan against torch's MemTracker on the reference model's train step "
                   "(on meta: FakeTensorMode, nothing allocated), and on cuda against max_memory_allocated."))]
@@ -759,6 +782,9 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     if memory and (train or (phase is not None and phase is not Phase.train) or context is not None):
         what = "--train" if train else ("--context" if context is not None else f"--phase {phase.value}")
         raise TfcalcError(f"{what}: --memory checks a train step (drop one)")
+    if memory and (image_size is not None or images is not None):
+        raise TfcalcError(f"--{'image-size' if image_size is not None else 'images'}: --memory checks models of "
+                          "tokens for now (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
                       recompute, fmt, as_json, tuned)
@@ -784,7 +810,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     else:
         model_spec, _ = resolve(preset, spec, overrides, hf_config)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
-                                overrides.get("seq_len"))
+                                overrides.get("seq_len"), image_size, images)
         with _progress(f"checking on {device}: FlopCounterMode, fvcore, the module tree ..."):
             report = check(model_spec, device=device, train=train, workload=workload)
         if hf_config is not None and not no_transformers and skipped is None:
@@ -823,6 +849,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     from .plan.training import OPTIMIZERS, PRECISIONS, RECOMPUTE
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
+    _tokens_only(model_spec, "check --memory")
     workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
     precision, optimizer, recompute = precision or "bf16-mixed", optimizer or "adamw", recompute or "none"
     for name, value, allowed in (("precision", precision, PRECISIONS), ("optimizer", optimizer, OPTIMIZERS),
@@ -912,6 +939,8 @@ def profile_cmd(
 
     specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]
              for n in lens]
+    for s in specs[:1]:
+        _tokens_only(s, "profile")
     if device is None and resolve_device(None).type == "cpu":
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []
@@ -1127,6 +1156,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     def plan(p):
         v = p.values
         ctx, src, tgt = v.get("context", context), v.get("src_len", src_len), v.get("tgt_len", tgt_len)
+        _tokens_only(p.spec, "memory")
         if training:
             from .plan.training import Layout, training_memory
 
@@ -1282,6 +1312,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     def plan(p):
         ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
+        _tokens_only(s, "infer")
         if ctx is not None and ("seq_len" in overrides or "seq_len" in axes) and not s.is_encoder_decoder:
             raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
                               "when --context is not given); give one")
@@ -1432,6 +1463,7 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             _compute_optimal(flops_budget, None, fmt, as_json)
             return
     model_spec, source = resolve(preset, spec, overrides, hf_config)
+    _tokens_only(model_spec, "train")
     recompute = recompute or "none"
     if flops_budget is not None:
         _compute_optimal(flops_budget, (model_spec, source, recompute), fmt, as_json)

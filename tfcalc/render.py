@@ -151,7 +151,10 @@ def describe(spec: ModelSpec, workload: bool = True) -> str:
     if getattr(spec, "is_mla", False):  # multi-head latent attention: d_head = qk_nope + qk_rope
         parts.append(f"MLA(kv_lora={spec.kv_lora_rank} q_lora={spec.q_lora_rank} qk={spec.qk_nope_dim}+"
                      f"{spec.qk_rope_dim} v={spec.v_head_dim})")
-    parts += [f"d_ff={spec.d_ff}", f"V={spec.vocab_size}"]
+    parts += [f"d_ff={spec.d_ff}"] + ([f"V={spec.vocab_size}"] if spec.vocab_size is not None else [])
+    if getattr(spec, "inputs", "tokens") == "images":  # ViT: its patches
+        patches = spec.sizes("patch_embedding")
+        parts.append(f"images {patches.height}x{patches.width}x{patches.channels} patch={patches.patch_size}")
     if workload:
         parts += [f"N={spec.seq_len}", f"B={spec.batch_size}"]
     elif spec.positions == "learned" and spec.max_positions is not None:
@@ -192,7 +195,13 @@ def describe_workload(w, spec=None) -> str:
     scored = {"train": "head over every token", "prefill": "head over the last token",
               "decode": "head over the new token"}[w.phase]
     if spec is not None and not spec.lm_head:
-        scored = "no LM head" + (" (a pooler)" if spec.pooler else "")
+        heads = [what for what, has in (("a pooler", spec.pooler), ("a classifier", getattr(spec, "n_classes", None)))
+                 if has]
+        scored = "no LM head" + (f" ({' and '.join(heads)})" if heads else "")
+    if getattr(w, "image_size", None) is not None:  # a model of images: B images, their patches and class token
+        H, W = w.image_size
+        return (f"{w.phase}: {w.batch_size:,} image{'s' if w.batch_size != 1 else ''} of {H}x{W}, {w.seq_len:,} "
+                f"tokens each; {scored}")
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 

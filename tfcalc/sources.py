@@ -119,12 +119,17 @@ def model_arg(name: str) -> tuple[str | None, Path | None, Path | None]:
 
 
 def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None = None,
-                 src_len: int | None = None, tgt_len: int | None = None, seq_len: int | None = None) -> Workload:
+                 src_len: int | None = None, tgt_len: int | None = None, seq_len: int | None = None,
+                 image_size: str | None = None, images: int | None = None) -> Workload:
     """The workload the user asked for, on top of the spec's own (batch_size sequences of seq_len tokens).
 
     `seq_len`: the --seq-len the user typed (already the spec's); `tgt_len` is the same for a decoder. In
     decode, each sequence processes one new token, and the cache holds `context` tokens (default: seq_len - 1,
-    the last token of a seq_len-long sequence)."""
+    the last token of a seq_len-long sequence).
+
+    `image_size` ("H" or "HxW" pixels, as typed) and `images`: a model of images' workload (--image-size, --images),
+    default one image at the model's size: its tokens are the image's patches and the class token."""
+    image = _images(spec, image_size, images, phase or "train")
     if tgt_len is not None and seq_len is not None and tgt_len != seq_len:
         raise TfcalcError(f"tgt_len={tgt_len} and seq_len={seq_len}: the decoder's tokens are given twice; give one")
     base = default_workload(spec)
@@ -139,4 +144,48 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
         fields["context"] = context or 0
     if src_len is not None:
         fields["src_len"] = src_len
+    if image is not None:  # (batch_size, (H, W), tokens)
+        fields["batch_size"], fields["image_size"], fields["seq_len"] = image
     return Workload.model_validate(fields)
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """'224' -> (224, 224), '384x512' -> (384, 512): an image's height and width in pixels (--image-size)."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9_]+)\s*(?:[xX]\s*([0-9_]+)\s*)?", text)
+    try:
+        hw = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else None
+    except ValueError:
+        hw = None
+    if hw is None or min(hw) < 1 or max(hw) >= 10**9:
+        raise TfcalcError(f"--image-size {text}: expected H or HxW, positive pixels (224, 384x512)")
+    return hw
+
+
+def _images(spec: ModelSpec, image_size: str | None, images: int | None,
+            phase: str) -> tuple[int, tuple[int, int], int] | None:
+    """(images, (H, W), tokens per image) of a model of images; None for a model of tokens (which refuses both
+    flags). The flags are named as typed."""
+    if images is not None and images < 1:
+        raise TfcalcError(f"--images {images}: expected at least one image")
+    if spec.inputs != "images":
+        given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
+                 if value is not None]
+        if given:
+            raise TfcalcError(f"{given[0]}: {spec.label} reads tokens, not images (--image-size and --images are "
+                              "for a model of images: ViT)")
+        return None
+    if phase != "train":
+        raise TfcalcError(f"--phase {phase}: {spec.label} is a bidirectional encoder of images; it has no KV cache to "
+                          "prefill or decode (a forward over whole images is --phase train, the default)")
+    sizes = spec.sizes("patch_embedding")
+    H, W = (sizes.height, sizes.width) if image_size is None else parse_image_size(image_size)
+    p = sizes.patch_size
+    if H % p or W % p:
+        raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s patch size {p} (the patches "
+                          f"would not cover the image; {H // p * p}x{W // p * p} or {-(-H // p) * p}x{-(-W // p) * p} "
+                          "would)")
+    if images is not None and spec.batch_size not in (1, images):
+        raise TfcalcError(f"--images {images} and batch_size={spec.batch_size}: the images are the batch; give one")
+    return (spec.batch_size if images is None else images), (H, W), sizes.tokens(H, W)

@@ -46,7 +46,8 @@ class ModelSpec(BaseModel):
         None, description="Key/value heads; default n_heads (MHA). Must divide n_heads (GQA, MQA)."
     )
     d_ff: Size | None = Field(None, description="MLP hidden width; default 4 * d_model.")
-    vocab_size: Size = Field(description="Vocabulary size (V).")
+    vocab_size: Size | None = Field(None, description="Vocabulary size (V). Required of a model of tokens; a model "
+                                                      "of images (inputs='images') has none.")
     seq_len: Size = Field(description="Tokens per sequence (N).")
     batch_size: Size = Field(1, description="Sequences per step (B).")
 
@@ -182,6 +183,19 @@ class ModelSpec(BaseModel):
     n_token_types: Count = Field(0, description="Token-type (segment) embeddings; BERT: 2.")
     embedding_norm: bool = Field(False, description="A norm right after the embeddings (BERT).")
     pooler: bool = Field(False, description="BERT pooler: dense D->D with tanh on the first token.")
+    d_pooler: Size | None = Field(None, description="The pooler's output width (ViT's pooler_output_size); default "
+                                                    "d_model. Only with pooler.")
+    n_classes: Size | None = Field(
+        None, description="A classifier on the first token's final state (the class token: "
+                          "ViTForImageClassification): [d_model, n_classes] with a bias. None: none. Only without an "
+                          "LM head.")
+
+    # images (ViT): the stack reads patches of images, not tokens
+    inputs: Literal["tokens", "images"] = Field(
+        "tokens", description="What the model reads: tokens (a token table) or images (a patch embedding: each "
+                              "image cut into patch_size x patch_size patches, each patch projected to d_model, a "
+                              "class token before them and a learned position table added; sizes under "
+                              "kinds.patch_embedding). A model of images has no vocabulary and no LM head.")
     causal: bool = Field(True, description="Causal (decoder) attention; false for a bidirectional encoder.")
 
     # mixture of experts
@@ -255,6 +269,30 @@ class ModelSpec(BaseModel):
     shared_embeddings: bool = Field(True, description="Encoder and decoder share one token embedding "
                                                       "(encoder-decoder only).")
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _vocabulary(cls, data: Any, handler):
+        """vocab_size is required of a model of tokens (inputs='tokens', the default): named with the other missing
+        fields, in the fields' order, as pydantic names a required field."""
+        if not (isinstance(data, dict) and data.get("inputs", "tokens") == "tokens" and data.get("vocab_size") is None):
+            return handler(data)
+        from pydantic import ValidationError
+
+        missing = {"type": "missing", "loc": ("vocab_size",), "input": data}
+        try:
+            handler(data)
+        except ValidationError as e:
+            errors = [{k: err[k] for k in ("type", "loc", "input", "ctx") if k in err} for err in e.errors()]
+        else:
+            errors = []
+        order = list(cls.model_fields)
+
+        def place(err: dict) -> int:
+            return order.index(err["loc"][0]) if err["loc"] and err["loc"][0] in order else len(order)
+
+        errors = sorted([*errors, missing], key=place)
+        raise ValidationError.from_exception_data(cls.__name__, errors)
+
     @model_validator(mode="after")
     def _derive_and_check(self) -> ModelSpec:
         problems: list[str] = []
@@ -272,7 +310,9 @@ class ModelSpec(BaseModel):
             problems.append(f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}")
         if self.d_ff is None:
             self._set("d_ff", 4 * self.d_model)
-        if self.positions == "learned":
+        if self.inputs == "images":
+            self._check_images(problems)  # first: the patch grid sizes the position table
+        elif self.positions == "learned":
             if self.max_positions is None:
                 # the table is part of the model: fixed from the seq_len the spec is written with, and kept
                 # (marked as given) when a later replace() changes seq_len
@@ -387,9 +427,49 @@ class ModelSpec(BaseModel):
         if self.head_bias and (not self.lm_head or self.tie_embeddings):
             problems.append(f"head_bias=True needs an untied LM head (lm_head=True, tie_embeddings=False), got "
                             f"lm_head={self.lm_head}, tie_embeddings={self.tie_embeddings}")
+        if self.d_pooler is not None and not self.pooler:
+            problems.append(f"d_pooler={self.d_pooler} needs pooler=True")
+        if self.n_classes is not None and self.lm_head:
+            problems.append(f"n_classes={self.n_classes}: a classifier is a model's head in place of an LM head; set "
+                            "lm_head=False")
+        if self.inputs == "tokens" and "patch_embedding" in self.kinds:
+            problems.append("kinds.patch_embedding: only for a model of images (inputs='images')")
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
+
+    def _check_images(self, problems: list[str]) -> None:
+        """A model of images (inputs='images', ViT): the patch embedding's learned position table has a row per patch
+        of kinds.patch_embedding.image_size and one for the class token (max_positions, derived); seq_len (the default
+        workload, one image at that size) is those tokens; no vocabulary, no LM head, one bidirectional stack."""
+        from pydantic import ValidationError
+
+        try:
+            sizes = self.sizes("patch_embedding")
+        except ValidationError:
+            return  # named by _check_kinds
+        rows = sizes.tokens(sizes.height, sizes.width)
+        where = f"inputs='images' (kinds.patch_embedding: {sizes.describe()})"
+        if self.positions != "learned":
+            problems.append(f"positions={self.positions!r}: {where} has a learned position table of "
+                            f"{rows} rows (positions='learned')")
+        elif self.max_positions is None:
+            self._set("max_positions", rows)  # derived from the image size: re-derived when that changes
+        elif self.max_positions != rows:
+            problems.append(f"max_positions={self.max_positions}: {where} has a position table of {rows} rows, "
+                            "the patches and the class token; leave max_positions out")
+        if "seq_len" in self.model_fields_set and self.seq_len != rows and sizes.height % sizes.patch_size == 0 \
+                and sizes.width % sizes.patch_size == 0:
+            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens (its patches and "
+                            "the class token); another image size is a workload's (--image-size, "
+                            "Workload.image_size)")
+        for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
+                           ("n_token_types", self.n_token_types), ("embedding_norm", self.embedding_norm),
+                           ("d_embedding", self.d_embedding is not None), ("causal", self.causal),
+                           ("n_encoder_layers", self.n_encoder_layers),
+                           ("d_per_layer_input", self.d_per_layer_input is not None)):
+            if bad:
+                problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
 
     def _check_mla(self, problems: list[str]) -> None:
         """Multi-head latent attention: its fields together, d_head = qk_nope_dim + qk_rope_dim (the query/key head),
@@ -501,6 +581,8 @@ class ModelSpec(BaseModel):
                 problems.append(f"kinds.{name}: not a block kind with sizes of its own (those are: "
                                 f"{', '.join(with_sizes) or 'none'})")
             elif name not in used:
+                if name not in self._frame_kinds() and name == "patch_embedding":
+                    continue  # named in _derive_and_check: a model of tokens
                 problems.append(f"kinds.{name}={given!r}: no block of the block_pattern is {name!r}")
             else:
                 try:
@@ -527,12 +609,23 @@ class ModelSpec(BaseModel):
                 if name in KINDS and KINDS[name].sizes is not None}
 
     def _used_kinds(self) -> list[str]:
-        """The kinds the block_pattern names, in order, each followed by the kinds it is made of (its parts)."""
+        """The kinds the spec uses, in order: the frame's (a patch embedding), then those the block_pattern names,
+        each followed by the kinds it is made of (its parts)."""
         from .arch.builders import KINDS
 
-        named = dict.fromkeys(k for block in self.block_pattern or () for k in block.split("+"))
+        named = dict.fromkeys([*sorted(self._frame_kinds()),
+                               *(k for block in self.block_pattern or () for k in block.split("+"))])
         return list(dict.fromkeys(k for name in named for k in (
             name, *(KINDS[name].parts if name in KINDS else ()))))
+
+    def _frame_kinds(self) -> set[str]:
+        """The frame's kinds with sizes of their own the spec uses: the patch embedding of a model of images."""
+        return {"patch_embedding"} if self.inputs == "images" else set()
+
+    @property
+    def input_kind(self) -> str:
+        """The block kind of each stack's input: `embedding` (tokens) or `patch_embedding` (images)."""
+        return "patch_embedding" if self.inputs == "images" else "embedding"
 
     def sizes(self, kind: str):
         """The sizes of block kind `kind` (its own pydantic model), as given under kinds.<kind>, with its defaults."""

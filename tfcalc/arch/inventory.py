@@ -87,8 +87,12 @@ def _family(op: Op) -> str:
 
 def default_workload(spec: ModelSpec) -> Workload:
     """The spec's own workload: a train step of batch_size sequences of seq_len tokens."""
+    image = None
+    if spec.inputs == "images":  # one image at the model's size
+        sizes = spec.sizes("patch_embedding")
+        image = (sizes.height, sizes.width)
     return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len,
-                    src_len=spec.seq_len if spec.is_encoder_decoder else None)
+                    src_len=spec.seq_len if spec.is_encoder_decoder else None, image_size=image)
 
 
 def validate(spec: ModelSpec, workload: Workload) -> None:
@@ -100,7 +104,9 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
     if not spec.causal and workload.phase != "train":
         problems.append(f"phase={workload.phase!r}: {spec.label} is a bidirectional encoder; it has no KV cache "
                         "to prefill or decode (use phase='train' for a forward over whole sequences)")
-    if spec.positions == "learned":
+    if spec.inputs == "images" or workload.image_size is not None:
+        problems += _image_problems(spec, workload)
+    elif spec.positions == "learned":
         if workload.keys > spec.max_positions:
             what = f"context + seq_len = {workload.keys}" if workload.context else f"seq_len={workload.seq_len}"
             problems.append(f"{what} exceeds max_positions={spec.max_positions} (learned positions have no row "
@@ -110,6 +116,30 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
                             "positions have no row for the extra tokens)")
     if problems:
         raise TfcalcError("\n".join(problems))
+
+
+def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
+    """A model of images runs on images (image_size, each side a multiple of the patch), its tokens (seq_len) their
+    patches and the class token; a model of tokens on no image. Another image size than the model's interpolates the
+    position table: no row is missing."""
+    if spec.inputs != "images":
+        return [f"image_size={_shown(workload.image_size)}: {spec.label} reads tokens (inputs='tokens'), not images"]
+    sizes = spec.sizes("patch_embedding")
+    H, W = workload.image_size or (sizes.height, sizes.width)
+    p = sizes.patch_size
+    if H % p or W % p:
+        return [f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s patch_size={p} (the patches would not "
+                "cover the image)"]
+    tokens = sizes.tokens(H, W)
+    if workload.seq_len != tokens:
+        cls = " and the class token" if sizes.class_token else ""
+        return [f"seq_len={workload.seq_len}: an image of {_shown((H, W))} is {tokens} tokens for {spec.label} "
+                f"({sizes.patches(H, W)} patches of {p}x{p}{cls})"]
+    return []
+
+
+def _shown(hw: tuple[int, int]) -> str:
+    return f"{hw[0]}x{hw[1]}"
 
 
 def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
@@ -152,7 +182,7 @@ def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
     for stack in all_stacks:
         ctx = Ctx(spec, workload, stack)
         where = f"{stack.name} " if stack.name else ""
-        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(run("embedding", ctx)), kind="embedding",
+        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(run(spec.input_kind, ctx)), kind="embedding",
                                         stack=stack))
         for s in range(pp):
             lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, stack.n_layers)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from ..sizes import Count, Size
 
@@ -33,6 +33,9 @@ class Workload(BaseModel):
                                       "encoder-decoder); 1 when decoding.")
     context: Count = Field(0, description="Tokens per sequence already in the KV cache, attended to as keys.")
     src_len: Size | None = Field(None, description="Encoder tokens per sequence (encoder-decoder only).")
+    image_size: tuple[Size, Size] | None = Field(
+        None, description="A model of images (ViT): each sequence is one image of (height, width) pixels, seq_len its "
+                          "patches and the class token. None: the model's own image size.")
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
@@ -46,6 +49,14 @@ class Workload(BaseModel):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """image_size only for a workload of images: a workload of tokens dumps as it always has."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("image_size") is None:
+            data.pop("image_size", None)
+        return data
 
     @property
     def keys(self) -> int:
@@ -63,6 +74,10 @@ class Workload(BaseModel):
         return self.seq_len if self.phase == "train" else 1
 
     def describe(self) -> str:
+        if self.image_size is not None:
+            H, W = self.image_size
+            return (f"{self.phase}: {self.batch_size} image{'s' if self.batch_size != 1 else ''} of {H}x{W}, "
+                    f"N={self.seq_len} tokens")
         parts = [f"{self.phase}: B={self.batch_size}"]
         if self.src_len is not None:
             parts.append(f"src_len={self.src_len}")

@@ -16,11 +16,13 @@ def final_norm(ctx: Ctx) -> list[Op]:
 
 
 def head(ctx: Ctx) -> list[Op]:
-    """Once for the model, after the last stack: the pooler and the vocabulary projection."""
+    """Once for the model, after the last stack: the pooler, the classifier and the vocabulary projection."""
     spec, D, b = ctx.spec, ctx.spec.d_model, ctx.b
     ops: list[Op] = []
-    if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, D]
-        ops.append(Matmul("pooler", b, D, D, bias=True, role="pooler"))
+    if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, P] (P = d_pooler, default D)
+        ops.append(Matmul("pooler", b, D, spec.d_pooler or D, bias=True, role="pooler"))
+    if spec.n_classes:  # the first (class) token's final state: [B, D] @ W_cls: [D, classes]
+        ops.append(Matmul("classifier", b, D, spec.n_classes, bias=True, role="classifier"))
     if spec.lm_head:
         # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
         ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
@@ -30,4 +32,4 @@ def head(ctx: Ctx) -> list[Op]:
 
 
 register(BlockKind("final_norm", final_norm, in_block=False, components=((r"final_norm", "final_norm"),)))
-register(BlockKind("head", head, in_block=False, components=((r"(pooler|head)", r"\1"),)))
+register(BlockKind("head", head, in_block=False, components=((r"(pooler|classifier|head)", r"\1"),)))

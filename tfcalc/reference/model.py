@@ -205,7 +205,8 @@ class StackModule(nn.Module):
     def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool,
                  recompute: str = "none"):
         super().__init__()
-        self.embedding = Embedding(spec, own_token_table, stack.n_layers)
+        self.embedding = (Embedding(spec, own_token_table, stack.n_layers) if spec.inputs == "tokens" else
+                          reference(spec.input_kind).PatchEmbedding(spec))
         self.relative_bias = RelativeBias(spec) if spec.positions == "relative" else None
         self.alibi_heads = spec.n_heads if spec.positions == "alibi" else 0
         L, shared = stack.n_layers, spec.shared_blocks
@@ -227,8 +228,8 @@ class StackModule(nn.Module):
                 src_len: int = 0, keep: int = 0) -> torch.Tensor:
         """keep > 0 (a prefill with KV sharing): from the first block that shares keys and values on, only the last
         `keep` positions (the scored ones) go on, as transformers' generate runs them."""
-        x = self.embedding(tokens, token_types, context, table)
-        N = tokens.shape[1]
+        x = self.embedding(tokens, token_types, context, table)  # tokens [B, N] (or images [B, C, H, W])
+        N = x.shape[1]
         per_layer = None if self.embedding.per_layer is None else self.embedding.per_layer_inputs(tokens, x)
         if self.kv_sharing:  # a fresh store of keys and values for the blocks that share them
             store: dict = {}
@@ -289,7 +290,8 @@ class Transformer(nn.Module):
             self.relative_bias = stack.relative_bias
             self._stack = [stack]  # not registered: its modules are this model's own
             token_table = self.embedding.token
-        self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
+        self.pooler = nn.Linear(spec.d_model, spec.d_pooler or spec.d_model) if spec.pooler else None
+        self.classifier = nn.Linear(spec.d_model, spec.n_classes) if spec.n_classes else None
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias) if spec.lm_head else None
         if self.head is not None and spec.tie_embeddings:
             self.head.weight = token_table.weight
@@ -304,11 +306,13 @@ class Transformer(nn.Module):
             keep = w.scored if w.phase == "prefill" and self.spec.kv_shared_layers else 0
             x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep)
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
-        if self.pooler is None:
+        if self.pooler is None and self.classifier is None:
             return out
         # the first token copied (clone: with B = 1 the view is already contiguous): a view would keep the whole
         # [B, N, D] output alive for the pooler's backward
-        return out, torch.tanh(self.pooler(x[:, 0].clone()))
+        first = x[:, 0].clone()
+        pooled = () if self.pooler is None else (torch.tanh(self.pooler(first)),)
+        return out, *pooled, *(() if self.classifier is None else (self.classifier(first),))
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
@@ -330,9 +334,11 @@ def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: tor
 def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
                    workload: Workload | None = None) -> tuple[torch.Tensor, ...]:
     """Token ids for `workload` (default: the spec's own) on `device`: [B, N] and token types when the spec
-    has them; for an encoder-decoder the source [B, S] first (left out in decode, when the encoder is cached)."""
+    has them (a model of images: images [B, C, H, W]); for an encoder-decoder the source [B, S] first (left out in decode, when the encoder is cached)."""
     w = workload or default_workload(spec)
     generator = None if str(device) == "meta" else torch.Generator(device=device).manual_seed(0)
+    if spec.inputs == "images":  # [B, C, H, W]
+        return (reference(spec.input_kind).example_images(spec, w.batch_size, w.image_size, device, generator),)
 
     def ids(n: int, high: int) -> torch.Tensor:
         return torch.randint(high, (w.batch_size, n), device=device, generator=generator)

@@ -1,0 +1,79 @@
+"""A model of images' input (`patch_embedding`; ViT): each image cut into patch_size x patch_size patches, each patch
+projected to d_model, a learned class token before them and a learned position table added.
+
+The projection is a convolution whose stride equals its kernel (transformers' ViTPatchEmbeddings.projection, a Conv2d
+of C -> D channels, kernel and stride p): the patches do not overlap, so it is one matmul over the patches,
+[B * patches, C * p * p] @ [C * p * p, D], with its bias [D], and counted as that matmul (2 FLOPs per multiply-add,
+as torch's FlopCounterMode counts the convolution). The class token is a [1, D] parameter, the position table
+[patches + 1, D] at the model's image size (the kind's sizes, `kinds.patch_embedding`); an image of another size
+(Workload.image_size) runs with the table interpolated to its grid (transformers' interpolate_pos_encoding: a
+bicubic resampling, no matmul, not counted), the parameters unchanged. Dropout is not work.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...arch.builders import BlockKind, Ctx, register
+from ...arch.ops import Matmul, Op, Table
+from ...sizes import Size
+
+
+class PatchSizes(BaseModel):
+    """The `patch_embedding` kind's own sizes (a spec's `[kinds.patch_embedding]`), ViTConfig's names."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    image_size: Size | list[Size] = Field(224, description="The model's image, H (square) or [H, W] pixels: sizes "
+                                                           "the position table (image_size)")
+    patch_size: Size = Field(16, description="Each patch's side in pixels: the convolution's kernel and stride "
+                                             "(patch_size).")
+    channels: Size = Field(3, description="Channels of an input image (num_channels).")
+    class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token).")
+
+    @property
+    def height(self) -> int:
+        return self.image_size if isinstance(self.image_size, int) else self.image_size[0]
+
+    @property
+    def width(self) -> int:
+        return self.image_size if isinstance(self.image_size, int) else self.image_size[-1]
+
+    def patches(self, height: int, width: int) -> int:
+        """Patches of an image of height x width pixels (each a multiple of patch_size)."""
+        return (height // self.patch_size) * (width // self.patch_size)
+
+    def tokens(self, height: int, width: int) -> int:
+        """The stack's tokens per image: its patches and the class token."""
+        return self.patches(height, width) + int(self.class_token)
+
+    def describe(self) -> str:
+        return f"image_size {self.height}x{self.width}, patch_size {self.patch_size}"
+
+    def problems(self, spec) -> list[str]:
+        out = []
+        if not isinstance(self.image_size, int) and len(self.image_size) != 2:
+            out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
+        elif self.height % self.patch_size or self.width % self.patch_size:
+            out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: not a multiple of "
+                       f"patch_size={self.patch_size} (the patches would not cover the image)")
+        return out
+
+
+def patch_embedding(ctx: Ctx) -> list[Op]:
+    """The stack's input from images: the patches' projection, the class token, the position table."""
+    spec = ctx.spec
+    sizes = spec.sizes("patch_embedding")
+    D, p, C = spec.d_model, sizes.patch_size, sizes.channels
+    patches = ctx.s - int(sizes.class_token)  # per image: the workload's tokens less the class token
+    return [
+        # images [B, C, H, W] as patches x: [B * patches, C*p*p] @ W: [C*p*p, D] (the Conv2d's weight [D, C, p, p])
+        Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=True, role="patch"),
+        *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
+        Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches + 1, D]
+    ]
+
+
+register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
+                   reference=f"{__name__}.reference",
+                   components=((r"embedding\.(patch|class_token|position)", r"embedding/\1"),)))

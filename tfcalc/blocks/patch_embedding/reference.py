@@ -1,0 +1,75 @@
+"""The `patch_embedding` kind's torch module: ViT's embeddings (transformers' ViTEmbeddings), run as it runs them:
+a Conv2d of kernel and stride patch_size over the images, flattened to [B, patches, D], the class token before them,
+the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...spec import ModelSpec
+
+
+class PatchConv(nn.Conv2d):
+    """[B, C, H, W] -> [B, patches, D]. Under fvcore's jit trace on the meta device (where torch's meta convolution
+    cannot check traced shapes) the same products as one matmul over the patches, [B * patches, C*p*p] @ [C*p*p, D]:
+    fvcore counts it as it counts the convolution (B x patches x D x C*p*p multiply-adds)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if not (torch.jit.is_tracing() and images.device.type == "meta"):
+            return super().forward(images).flatten(2).transpose(1, 2)
+        B, C, H, W = images.shape
+        p = self.kernel_size[0]
+        patches = images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5).reshape(B, -1, C * p * p)
+        return patches @ self.weight.reshape(self.out_channels, -1).t() + self.bias
+
+
+class Parameter(nn.Module):
+    """One learned tensor as a module of its own (`weight`), so that its name maps onto its component."""
+
+    def __init__(self, *shape: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(*shape))
+
+
+class PatchEmbedding(nn.Module):
+    """The stack's input from images: `patch` (the convolution), `class_token` [1, 1, D], `position` [1, rows, D]."""
+
+    token = per_layer = None  # (the frame asks every stack's input for its token table and per-layer embeddings)
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        sizes, D = spec.sizes("patch_embedding"), spec.d_model
+        self.grid = (sizes.height // sizes.patch_size, sizes.width // sizes.patch_size)
+        self.patch = PatchConv(sizes.channels, D, sizes.patch_size, stride=sizes.patch_size)
+        self.class_token = Parameter(1, 1, D) if sizes.class_token else None
+        self.position = Parameter(1, spec.max_positions, D)
+
+    def positions(self, height: int, width: int) -> torch.Tensor:
+        """The table at this image's grid: as it is, or its patch rows resampled bicubically (the class token's row
+        as it is)."""
+        table = self.position.weight
+        if (height, width) == self.grid:
+            return table
+        first = 1 if self.class_token is not None else 0
+        D = table.shape[-1]
+        grid = table[:, first:].reshape(1, *self.grid, D).permute(0, 3, 1, 2)
+        grid = F.interpolate(grid, size=(height, width), mode="bicubic", align_corners=False)
+        return torch.cat([table[:, :first], grid.permute(0, 2, 3, 1).reshape(1, -1, D)], dim=1)
+
+    def forward(self, images: torch.Tensor, token_types=None, offset: int = 0, table=None) -> torch.Tensor:
+        p = self.patch.kernel_size[0]
+        x = self.patch(images)
+        if self.class_token is not None:
+            x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
+        return x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
+
+
+def example_images(spec: ModelSpec, batch: int, image_size: tuple[int, int] | None, device, generator=None):
+    """[B, C, H, W] images at `image_size` (default: the model's)."""
+    sizes = spec.sizes("patch_embedding")
+    H, W = image_size or (sizes.height, sizes.width)
+    if str(device) == "meta":
+        return torch.empty(batch, sizes.channels, H, W, device=device)
+    return torch.randn(batch, sizes.channels, H, W, device=device, generator=generator)
