@@ -62,6 +62,9 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "object?": (TypeAdapter(dict[str, Any] | None), "an object or null", ""),
     "int|str?": (TypeAdapter(StrictInt | StrictStr | None), "an integer, a string or null", ""),
     "int|str": (TypeAdapter(StrictInt | StrictStr), "an integer or a string", ""),  # Mamba's time_step_rank
+    # ViT's image_size and patch_size: one side, or [height, width]
+    "size|sizes": (TypeAdapter(_Size | list[_Size]), "an integer or a list of integers",
+                   "a positive integer or a list of them"),
     "all|vision?": (TypeAdapter(Literal["all", "vision"] | None), "'all', 'vision' or null", ""),
 }
 _RANGE_ERRORS = {"greater_than", "greater_than_equal"}

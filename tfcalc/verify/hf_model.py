@@ -226,9 +226,11 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
 
 # ---- building and tracing ------------------------------------------------------------------------------------------
 
-def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool):
+def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False):
     auto = [transformers.AutoModel]
-    if encoder_decoder:
+    if classifier:  # a classifier on the first token (ViTForImageClassification)
+        auto = [transformers.AutoModelForImageClassification, *auto]
+    elif encoder_decoder:
         auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
     elif lm_head:
         auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, *auto]
@@ -239,14 +241,14 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool):
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False):
+def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False):
     """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
     import torch
     import transformers
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
-    cls = _model_class(transformers, config, lm_head, encoder_decoder)
+    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
     try:
@@ -315,8 +317,10 @@ def _route_experts_round_robin(model) -> int:
     return routed
 
 
-def trace(model, workload: Workload, encoder_decoder: bool) -> tuple[int, dict[str, int], int]:
-    """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta."""
+def trace(model, workload: Workload, encoder_decoder: bool,
+          images: tuple[int, tuple[int, int]] | None = None) -> tuple[int, dict[str, int], int]:
+    """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
+    (channels, (height, width)) of a model of images' input."""
     import inspect
 
     import torch
@@ -324,6 +328,10 @@ def trace(model, workload: Workload, encoder_decoder: bool) -> tuple[int, dict[s
 
     ids = torch.zeros(workload.batch_size, workload.seq_len, dtype=torch.long, device="meta")
     inputs = {"input_ids": ids}
+    if images is not None:  # a model of images: pixel_values [B, C, H, W], the position table interpolated to them
+        channels, (H, W) = images
+        inputs = {"pixel_values": torch.empty(workload.batch_size, channels, H, W, device="meta"),
+                  "interpolate_pos_encoding": True}
     if encoder_decoder:
         src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
         inputs = {"input_ids": src, "decoder_input_ids": ids}
@@ -448,16 +456,25 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
-    work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
-                    src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
-    spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
+    images = None
+    if spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
+        sizes = spec.sizes("patch_embedding")  # the model's own image
+        image = workload.image_size or (sizes.height, sizes.width)
+        images = sizes.channels, image
+        work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
+        spec = spec.replace(batch_size=work.batch_size)
+    else:
+        work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
+                        src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
+        spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
-    model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder)
+    model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
+                             classifier=spec.n_classes is not None)
     if routed:
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder)
+    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images)
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
