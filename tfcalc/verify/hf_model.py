@@ -318,9 +318,9 @@ def _route_experts_round_robin(model) -> int:
 
 
 def trace(model, workload: Workload, encoder_decoder: bool,
-          images: tuple[int, tuple[int, int]] | None = None) -> tuple[int, dict[str, int], int]:
+          images: tuple[int, tuple[int, int], bool] | None = None) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
-    (channels, (height, width)) of a model of images' input."""
+    (channels, (height, width), whether that is not the config's image size) of a model of images' input."""
     import inspect
 
     import torch
@@ -329,9 +329,9 @@ def trace(model, workload: Workload, encoder_decoder: bool,
     ids = torch.zeros(workload.batch_size, workload.seq_len, dtype=torch.long, device="meta")
     inputs = {"input_ids": ids}
     if images is not None:  # a model of images: pixel_values [B, C, H, W], the position table interpolated to them
-        channels, (H, W) = images
+        channels, (H, W), interpolate = images
         inputs = {"pixel_values": torch.empty(workload.batch_size, channels, H, W, device="meta"),
-                  "interpolate_pos_encoding": True}
+                  "interpolate_pos_encoding": interpolate}
     if encoder_decoder:
         src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
         inputs = {"input_ids": src, "decoder_input_ids": ids}
@@ -460,7 +460,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
-        images = sizes.channels, image
+        images = sizes.channels, image, image != (sizes.height, sizes.width)
         work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
         spec = spec.replace(batch_size=work.batch_size)
     else:
