@@ -81,7 +81,8 @@ def checkpoint_quant(flag: str | None, hf_config: Path | None = None, base=None)
 
 def _from_flags(overrides: dict[str, Any]) -> ModelSpec:
     lines = []
-    if overrides.get("positions", "learned") == "learned" and "max_positions" not in overrides:
+    if (overrides.get("positions", "learned") == "learned" and "max_positions" not in overrides
+            and overrides.get("inputs") != "images"):  # a model of images: its patches size the table
         # from flags alone, --seq-len is the workload: it must not size the model's position table
         lines.append("max_positions is required with learned positions (the default): give --max-positions (the "
                      "table's rows, part of the model; --seq-len is the workload) or --positions "
