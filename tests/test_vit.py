@@ -81,10 +81,19 @@ def _flops(model, images: torch.Tensor, interpolate: bool) -> int:
 def test_defaults_are_transformers_defaults():
     config = transformers.ViTConfig()
     for key, value in DEFAULTS["vit"].items():
-        if key in ("architectures", "id2label", "num_labels"):  # PreTrainedConfig's: none given, no classifier
-            continue
         expected = None if key == "pooler_output_size" else getattr(config, key)  # None: hidden_size
         assert value == expected, key
+    assert config.num_labels == 2 and config.pooler_output_size == config.hidden_size
+    # without architectures: ViTModel with its pooler; with ViTForImageClassification and no labels: 2 classes
+    assert transformers.AutoModel._model_mapping[type(config)] is transformers.ViTModel
+
+
+def test_the_class_counted_is_the_one_architectures_names(tmp_path):
+    plain = read_hf_config(write(tmp_path, {"model_type": "vit"})).spec
+    assert (plain.pooler, plain.n_classes, plain.seq_len, plain.max_positions) == (True, None, 197, 197)
+    named = read_hf_config(write(tmp_path, {"model_type": "vit", "architectures": ["ViTForImageClassification"]}))
+    assert (named.spec.pooler, named.spec.n_classes) == (False, 2)  # PreTrainedConfig's num_labels
+    assert count(named.spec).params.total == VIT_B16_PARAMS - (D * D + D) + (D * 2 + 2)
 
 
 configs = st.fixed_dictionaries({
@@ -147,6 +156,20 @@ def test_reference_model_builds_the_patch_embedding_for_check():
         assert counted["embedding/patch"] == 2 * (2 * 300 if workload else 196) * 768 * 768
         assert {"embedding/patch", "embedding/class_token", "embedding/position", "classifier"} <= {
             row.component for row in report.params}
+
+
+def test_train_step_leaves_out_the_images_gradient():
+    # FlopCounterMode over forward + backward: the patches' convolution computes its weight gradient, not the
+    # images' (they are not trained), so backward = 2 x forward - the patch embedding's forward
+    spec = load_preset("vit-b16").replace(n_layers=1)
+    workload = Workload(batch_size=2, seq_len=4 * 6 + 1, image_size=(64, 96))
+    result = count(spec, workload)
+    patch = 2 * (2 * 24) * 768 * 768
+    assert result.flops.components["embedding/patch"] == patch
+    assert result.flops.backward == 2 * result.flops.forward - patch
+    report = check(spec, "meta", train=True, workload=workload)
+    assert report.train.match and report.train.flop_counter == result.flops.train_step
+    assert result.to_dict()["macs"]["backward"] * 2 == result.flops.backward
 
 
 @pytest.mark.parametrize("change, message", [

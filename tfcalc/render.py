@@ -213,14 +213,16 @@ def summary_table(result: CountResult) -> Table:
         ["", "embedding", exact(p.embedding), human(p.embedding)],
         ["", "non-embedding", exact(p.non_embedding), human(p.non_embedding)],
         ["FLOPs", "forward", exact(f.forward), sci(f.forward)],
-        ["", "backward (2x)", exact(f.backward), sci(f.backward)],
-        ["", "train step (3x)", exact(f.train_step), sci(f.train_step)],
+        ["", "backward (2x)" if not f.input_leaf else "backward (2x; images: none)", exact(f.backward),
+         sci(f.backward)],
+        ["", "train step (3x)" if not f.input_leaf else "train step (fwd + bwd)", exact(f.train_step),
+         sci(f.train_step)],
         ["", "forward per token", exact(f.per_token), sci(f.per_token)],
         ["", "forward, causal attention", exact(f.forward_causal), sci(f.forward_causal)],
         ["MACs", "forward", exact(m.forward), sci(m.forward)],
     ]
     if result.workload.phase != "train":  # no backward pass in inference (--json keeps every figure)
-        rows = [row for row in rows if row[1] not in ("backward (2x)", "train step (3x)")]
+        rows = [row for row in rows if not row[1].startswith(("backward (", "train step ("))]
     if f.forward_windowed is not None:
         rows.insert(len(rows) - 1, ["", "forward, sliding windows", exact(f.forward_windowed),
                                     sci(f.forward_windowed)])
@@ -228,6 +230,9 @@ def summary_table(result: CountResult) -> Table:
     caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward ({w.phase}): matmuls "
                f"over {w.batch_size} x {w.seq_len} new tokens, attention over every (query, key) pair "
                f"({w.seq_len:,} x {w.keys:,} per head); the causal figure counts the pairs the mask keeps.")
+    if f.input_leaf and w.phase == "train":
+        caption += (f" Backward: 2 x forward less the patch embedding's input gradient ({f.input_leaf:,} FLOPs): the "
+                    "images need none.")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
                  label_columns=2)
 
@@ -313,7 +318,7 @@ COMPARE_ROWS: list[tuple[str, str, Any]] = [
     ("n_heads", "heads", lambda r: r.spec.n_heads),
     ("n_kv_heads", "kv heads", lambda r: r.spec.n_kv_heads),
     ("d_ff", "d_ff", lambda r: r.spec.d_ff),
-    ("vocab_size", "vocab", lambda r: r.spec.vocab_size),
+    ("vocab_size", "vocab", lambda r: "-" if r.spec.vocab_size is None else r.spec.vocab_size),  # images: none
     ("phase", "phase", lambda r: r.workload.phase),
     ("seq_len", "seq_len (new tokens)", lambda r: r.workload.seq_len),
     ("context", "context (cached)", lambda r: r.workload.context),

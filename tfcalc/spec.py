@@ -461,8 +461,8 @@ class ModelSpec(BaseModel):
         if "seq_len" in self.model_fields_set and self.seq_len != rows and sizes.height % sizes.patch_size == 0 \
                 and sizes.width % sizes.patch_size == 0:
             problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens (its patches and "
-                            "the class token); another image size is a workload's (--image-size, "
-                            "Workload.image_size)")
+                            f"the class token): give seq_len={rows} with that image size, or keep the model's and "
+                            "give the workload's image (--image-size, Workload.image_size)")
         for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
                            ("n_token_types", self.n_token_types), ("embedding_norm", self.embedding_norm),
                            ("d_embedding", self.d_embedding is not None), ("causal", self.causal),
@@ -748,7 +748,8 @@ class ModelSpec(BaseModel):
     @property
     def label(self) -> str:
         return self.name or (
-            f"L{self.n_layers} D{self.d_model} H{self.n_heads} V{self.vocab_size} N{self.seq_len}"
+            f"L{self.n_layers} D{self.d_model} H{self.n_heads} "
+            f"{'images' if self.vocab_size is None else f'V{self.vocab_size}'} N{self.seq_len}"
         )
 
     # ---- changing a spec -----------------------------------------------------------------------

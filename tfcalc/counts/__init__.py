@@ -57,6 +57,9 @@ class FlopCounts:
     forward_causal: int
     tokens: int
     forward_windowed: int | None = None  # with the model's sliding windows, when it has any
+    # forward FLOPs of the matmuls whose input is the model's input itself (a patch embedding's images): their backward
+    # is the weight gradient alone, the images needing none
+    input_leaf: int = 0
 
     @property
     def forward(self) -> int:
@@ -64,7 +67,7 @@ class FlopCounts:
 
     @property
     def backward(self) -> int:
-        return BACKWARD_FACTOR * self.forward
+        return BACKWARD_FACTOR * self.forward - self.input_leaf
 
     @property
     def train_step(self) -> int:
@@ -97,14 +100,16 @@ class MacCounts:
     """Multiply-adds (what fvcore calls flops): exactly half the FLOPs."""
 
     components: Breakdown
+    input_leaf: int = 0  # as FlopCounts.input_leaf, in multiply-adds
 
     @property
     def forward(self) -> int:
         return self.components.total
 
     def to_dict(self) -> dict:
-        return {"forward": self.forward, "backward": BACKWARD_FACTOR * self.forward,
-                "train_step": (1 + BACKWARD_FACTOR) * self.forward, "components": self.components.to_dict()}
+        backward = BACKWARD_FACTOR * self.forward - self.input_leaf
+        return {"forward": self.forward, "backward": backward, "train_step": self.forward + backward,
+                "components": self.components.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -242,7 +247,9 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
         windowed = folds.masked_attention(inv, windows=True)
         forward_windowed = fwd.total - sum(fwd[k] - windowed[k] for k in windowed)
     result_params = ParamCounts(p, active, embedding)
-    result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed)
+    # a patch embedding reads the images, which need no gradient: its backward is the weight gradient alone
+    leaf = sum(n * sum(op.forward().values()) for op, n in inv if op.role == "patch")
+    result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed, leaf)
     published = estimates.published(
         spec, inv.workload,
         n_non_embedding=active - embedding,
@@ -251,7 +258,7 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
         train_step=result_flops.train_step,
     )
     tuned = None if adapters is None else finetune(inv, adapters, p.total)
-    return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved()), published,
+    return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved(), leaf // 2), published,
                        folds.non_matmul(inv), estimates.crossover(spec, inv), inv, tuned)
 
 

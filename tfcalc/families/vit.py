@@ -97,7 +97,7 @@ register(Family(
     "vit", mapper=vit, components=COMPONENTS,
     defaults=dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                   hidden_act="gelu", image_size=224, patch_size=16, num_channels=3, qkv_bias=True,
-                  pooler_output_size=None, pooler_act="tanh", architectures=None, id2label=None, num_labels=None),
+                  pooler_output_size=None, pooler_act="tanh"),  # architectures, id2label, num_labels: PreTrainedConfig's (read when given)
     types=dict(hidden_size="size", num_hidden_layers="size", num_attention_heads="size", intermediate_size="size",
                hidden_act="str", image_size="size|sizes", patch_size="size|sizes", num_channels="size",
                qkv_bias="bool", pooler_output_size="int?", pooler_act="str", architectures="strings?",
