@@ -182,7 +182,7 @@ class ModelSpec(BaseModel):
     # encoder extras (BERT)
     n_token_types: Count = Field(0, description="Token-type (segment) embeddings; BERT: 2.")
     embedding_norm: bool = Field(False, description="A norm right after the embeddings (BERT).")
-    pooler: bool = Field(False, description="BERT pooler: dense D->D with tanh on the first token.")
+    pooler: bool = Field(False, description="BERT pooler: dense D->D (d_pooler) with tanh on the first token.")
     d_pooler: Size | None = Field(None, description="The pooler's output width (ViT's pooler_output_size); default "
                                                     "d_model. Only with pooler.")
     n_classes: Size | None = Field(
