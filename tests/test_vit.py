@@ -176,7 +176,7 @@ def test_train_step_leaves_out_the_images_gradient():
     ({"architectures": ["ViTForMaskedImageModeling"]}, "architectures=['ViTForMaskedImageModeling'] is not modelled"),
     ({"patch_size": [16, 8]}, "patch_size=[16, 8] is not modelled"),
     ({"image_size": 225}, "image_size=225 is not modelled: not a multiple of patch_size=16"),
-    ({"image_size": "224"}, "image_size='224': expected an integer or a list of integers"),
+    ({"image_size": "224"}, "image_size='224': expected a positive integer or a list of them"),
     ({"id2label": {"0": "a"}, "num_labels": 3, "architectures": ["ViTForImageClassification"]},
      "num_labels=3 is not modelled: id2label names 1 labels"),
 ])
@@ -218,3 +218,16 @@ def test_bad_image_input_is_one_line_exit_2(args, message):
     assert r.exit_code == 2, r.output
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], r.output
+
+
+@pytest.mark.parametrize("preset, workload, message", [
+    ("vit-b16", Workload(seq_len=10, image_size=(224, 224)),
+     "seq_len=10: an image of 224x224 is 197 tokens for vit-b16 (196 patches of 16x16 and the class token)"),
+    ("vit-b16", Workload(seq_len=10, image_size=(225, 224)), "image_size=225x224: not a multiple of vit-b16's patch"),
+    ("vit-b16", Workload(seq_len=10), "seq_len=10: an image of 224x224 is 197 tokens"),
+    ("gpt2", Workload(seq_len=10, image_size=(224, 224)), "image_size=224x224: gpt2 reads tokens"),
+])
+def test_library_workload_refusals(preset, workload, message):
+    with pytest.raises(TfcalcError) as e:
+        count(load_preset(preset), workload)
+    assert str(e.value).startswith(message)

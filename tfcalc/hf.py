@@ -63,7 +63,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "int|str?": (TypeAdapter(StrictInt | StrictStr | None), "an integer, a string or null", ""),
     "int|str": (TypeAdapter(StrictInt | StrictStr), "an integer or a string", ""),  # Mamba's time_step_rank
     # ViT's image_size and patch_size: one side, or [height, width]
-    "size|sizes": (TypeAdapter(_Size | list[_Size]), "an integer or a list of integers",
+    "size|sizes": (TypeAdapter(_Size | list[_Size]), "a positive integer or a list of them",
                    "a positive integer or a list of them"),
     "all|vision?": (TypeAdapter(Literal["all", "vision"] | None), "'all', 'vision' or null", ""),
 }

@@ -128,13 +128,13 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     H, W = workload.image_size or (sizes.height, sizes.width)
     p = sizes.patch_size
     if H % p or W % p:
-        return [f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s patch_size={p} (the patches would not "
-                "cover the image)"]
+        return [(f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s patch_size={p} (the patches would "
+                 "not cover the image)")]
     tokens = sizes.tokens(H, W)
     if workload.seq_len != tokens:
         cls = " and the class token" if sizes.class_token else ""
-        return [f"seq_len={workload.seq_len}: an image of {_shown((H, W))} is {tokens} tokens for {spec.label} "
-                f"({sizes.patches(H, W)} patches of {p}x{p}{cls})"]
+        return [(f"seq_len={workload.seq_len}: an image of {_shown((H, W))} is {tokens} tokens for {spec.label} "
+                 f"({sizes.patches(H, W)} patches of {p}x{p}{cls})")]
     return []
 
 
