@@ -7,17 +7,24 @@ encoder-decoder, `src_len` encoder tokens. The phase says what runs:
 - prefill: the prompt is processed into the cache; the head scores only the last token of each sequence.
 - decode: one new token per sequence against `context` cached ones; the head scores that token. An
   encoder-decoder's encoder output (and its cross-attention keys and values) is cached from the prefill.
+A model of images (ViT) runs `batch_size` images of `image_size` (H, W) pixels, each `seq_len` tokens: its patches and
+the class token (train only: a bidirectional encoder has no cache).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_serializer, model_validator
 
 from ..sizes import Count, Size
 
 PHASES = ("train", "prefill", "decode")
+
+
+def _pair(value):
+    """[H, W] as JSON writes an image size (a dumped workload reads back); anything else as given, checked strictly."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 class Workload(BaseModel):
@@ -33,7 +40,7 @@ class Workload(BaseModel):
                                       "encoder-decoder); 1 when decoding.")
     context: Count = Field(0, description="Tokens per sequence already in the KV cache, attended to as keys.")
     src_len: Size | None = Field(None, description="Encoder tokens per sequence (encoder-decoder only).")
-    image_size: tuple[Size, Size] | None = Field(
+    image_size: Annotated[tuple[Size, Size] | None, BeforeValidator(_pair)] = Field(
         None, description="A model of images (ViT): each sequence is one image of (height, width) pixels, seq_len its "
                           "patches and the class token. None: the model's own image size.")
 
@@ -56,6 +63,8 @@ class Workload(BaseModel):
         data = handler(self)
         if isinstance(data, dict) and data.get("image_size") is None:
             data.pop("image_size", None)
+        elif isinstance(data, dict):  # [H, W], as JSON writes it (and CSV, as every other list)
+            data["image_size"] = list(data["image_size"])
         return data
 
     @property
