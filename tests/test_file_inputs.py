@@ -507,7 +507,7 @@ def test_types_are_the_ones_transformers_declares(model_type):
     declared = {k: v for cls in reversed(config_class.__mro__) for k, v in getattr(cls, "__annotations__", {}).items()}
     checked = 0
     for field, kind in TYPES[model_type].items():
-        if field not in declared or field in NOT_TYPED_BY_TRANSFORMERS or (model_type, field) in LENIENT | STRICTER:
+        if field not in declared or field in PRETRAINED_UNTYPED or (model_type, field) in LENIENT | STRICTER:
             continue  # not declared in transformers 5 (read by getattr, or a transformers 4 field), not checked by its
             # config class, or on purpose
         checked += 1
@@ -690,9 +690,10 @@ OWN_TYPE = {
 # transformers' own validation is the oracle when tfcalc reads a config, except for fields it does not type
 # (transformers 5 dropped them, reads them with getattr, or T5 pops tie_word_embeddings from its kwargs untyped), and
 # where tfcalc takes null as transformers 4 did (LENIENT)
-NOT_TYPED_BY_TRANSFORMERS = {"_name_or_path", "position_embedding_type", "rope_scaling", "rope_parameters",
-                             # PreTrainedConfig's, declared but taken as anything (tfcalc types them: vit)
-                             "architectures", "id2label", "num_labels"}
+# PreTrainedConfig's, declared but taken as anything (tfcalc types them: vit)
+PRETRAINED_UNTYPED = {"architectures", "id2label", "num_labels"}
+NOT_TYPED_BY_TRANSFORMERS = {"_name_or_path", "position_embedding_type", "rope_scaling",
+                             "rope_parameters"} | PRETRAINED_UNTYPED
 UNTYPED_HERE = {("t5", "tie_word_embeddings"), ("qwen2", "head_dim"), ("qwen2_moe", "head_dim"),
                 ("qwen3_moe", "head_dim"), ("olmo2", "head_dim")}
 

@@ -14,7 +14,8 @@ ViTForMaskedImageModeling's decoder reads it; that class is refused).
 
 from __future__ import annotations
 
-from ..hf import Unmodelled, activation_of, refuse_if, show
+from ..hf import SEQ_LEN_CAP, Unmodelled, activation_of, refuse_if, show
+from ..sizes import MAX_DIGITS
 from .registry import Family, register
 
 COMPONENTS = [  # transformers' module (and parameter) names -> tfcalc components (check --hf-config)
@@ -63,6 +64,8 @@ def vit(cfg: dict, notes: list[str]) -> dict:
     refuse_if(cfg, "architectures", len(set(architectures)) > 1, "name one class")
     H, W = _sides(cfg, "image_size")
     p, q = _sides(cfg, "patch_size")
+    for key, sides in (("image_size", (H, W)), ("patch_size", (p, q))):
+        refuse_if(cfg, key, max(sides) >= 10**MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     refuse_if(cfg, "patch_size", p != q, "a patch of another height than width (the patch embedding's patches are "
                                          "square)")
     if H % p or W % p:
@@ -89,7 +92,9 @@ def vit(cfg: dict, notes: list[str]) -> dict:
             fields["d_pooler"] = pooled
         if cfg["pooler_act"] != "tanh":
             notes.append(f"pooler_act={show(cfg['pooler_act'])}: an activation, not a matmul (not in forward)")
-    fields["context"] = (H // p) * (W // p) + 1  # one image at image_size: its patches and the class token
+    # the default workload: one image at image_size, its patches and the class token, however many (not capped)
+    fields["seq_len"] = (H // p) * (W // p) + 1
+    fields["context"] = min(fields["seq_len"], SEQ_LEN_CAP)
     return fields
 
 
