@@ -939,8 +939,7 @@ def profile_cmd(
 
     specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]
              for n in lens]
-    for s in specs[:1]:
-        _tokens_only(s, "profile")
+    _tokens_only(specs[0], "profile")  # one model at several lengths
     if device is None and resolve_device(None).type == "cpu":
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []
