@@ -858,6 +858,9 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
             raise TfcalcError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
     if optimizer == "adam8bit":
         raise TfcalcError("optimizer='adam8bit': bitsandbytes' 8-bit Adam cannot be measured here (adamw or sgd)")
+    if PRECISIONS[precision].fp8:
+        raise TfcalcError(f"precision={precision!r}: an FP8 train step needs TransformerEngine and an FP8 GEMM "
+                          "(Hopper or newer), neither of which is here; it cannot be measured (bf16-mixed can)")
     import_torch("tfcalc check --memory")
     from .verify.checker import DEVICES
     from .verify.memory_check import check_memory
@@ -1044,7 +1047,8 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                                                                         "layout that fits).")] = None,
                precision: Annotated[Optional[str], _training_opt("--precision", (
                    "fp32, bf16-mixed (default: 16-bit weights and gradients, fp32 master weights and states), "
-                   "fp16-mixed, bf16 (pure)."))] = None,
+                   "fp16-mixed, bf16 (pure), fp8-delayed (alias fp8), fp8-current, fp8-mxfp8 (TransformerEngine: "
+                   "bf16-mixed with the blocks' linears in FP8)."))] = None,
                optimizer: Annotated[Optional[str], _training_opt("--optimizer", (
                    "adamw (default), sgd (with momentum), adam8bit (bitsandbytes)."))] = None,
                recompute: Annotated[Optional[str], _training_opt("--recompute", (
@@ -1411,6 +1415,10 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                                                                        "dense peak in --dtype.")] = None,
               dtype: Annotated[Optional[str], typer.Option("--dtype", show_default=False, help=(
                   "The peak to hold against: bf16 (default), fp16, fp8, tf32, fp32; with --gpu."))] = None,
+              precision: Annotated[Optional[str], typer.Option("--precision", show_default=False, help=(
+                  "The run's recipe, for --gpu's peak when --dtype is not given: an FP8 recipe (fp8-delayed, "
+                  "alias fp8; fp8-current, fp8-mxfp8) the dense fp8 peak; bf16-mixed, bf16 bf16; fp16-mixed "
+                  "fp16; fp32 fp32."))] = None,
               mfu: Annotated[Optional[float], typer.Option("--mfu", help="Model FLOPs utilisation, 0-1 (0.4 for "
                                                                          "40%), for the time.")] = None,
               price: Annotated[Optional[float], typer.Option("--price", help="Price per GPU-hour, for the "
@@ -1439,7 +1447,9 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                           "--seq-len; the batch size does not change the FLOPs, the time or the MFU (memory "
                           "--phase train plans a batch)")
     modelled = any(v is not None for v in (preset, spec, hf_config)) or bool(overrides)
-    given = {flag: value for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--dtype", dtype), ("--mfu", mfu),
+    _single(precision=precision)
+    given = {flag: value for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--dtype", dtype),
+                                             ("--precision", precision), ("--mfu", mfu),
                                              ("--price", price), ("--tokens-per-second", tokens_per_second))
              if value is not None}
     for flag, value in (("--mfu", mfu), ("--price", price), ("--tokens-per-second", tokens_per_second)):
@@ -1470,9 +1480,9 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     if tokens is None and tokens_per_second is None:
         raise TfcalcError("give --tokens D (a training budget), --tokens-per-second X (the MFU of a run) or "
                           "--flops-budget C (the compute-optimal size)")
-    if dtype is not None and gpu is None:
-        raise TfcalcError(f"--dtype {dtype}: it picks --gpu's peak; give --gpu")
-    dtype = dtype or "bf16"
+    for flag, value in (("--dtype", dtype), ("--precision", precision)):
+        if value is not None and gpu is None:
+            raise TfcalcError(f"{flag} {value}: it picks --gpu's peak; give --gpu")
     timed = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--mfu", mfu)) if value is not None]
     if tokens is not None and timed and tokens_per_second is None and len(timed) < 3:
         missing = [flag for flag in ("--gpus", "--gpu", "--mfu") if flag not in timed]
@@ -1484,19 +1494,20 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         raise TfcalcError(f"--price {price}: the cost is the time of --tokens at --mfu on --gpus; give them")
     peak = card = None
     if gpu is not None:
-        from .plan.gpus import lookup
+        from .plan.train import training_peak
 
-        card = lookup(gpu)
-        if dtype not in card.peak_flops:
-            raise TfcalcError(f"dtype={dtype!r}: {card.name} has no {dtype} peak (it has "
-                              f"{', '.join(card.peak_flops)})")
-        peak = card.peak_flops[dtype]
+        card, dtype, peak = training_peak(gpu, precision, dtype)
+        if precision is not None:
+            from .plan.training import PRECISION_ALIASES
+
+            precision = PRECISION_ALIASES.get(precision, precision)
     if (mfu is not None or tokens_per_second is not None) and (gpus is None or gpu is None):
         missing = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu)) if value is None]
         raise TfcalcError(f"--mfu and --tokens-per-second need {' and '.join(missing)}")
     budget = None if tokens is None else training_budget(model_spec, tokens, recompute, gpus, card and card.name,
-                                                         peak, mfu, price, tuned)
-    run = mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute, tuned) if tokens_per_second else None
+                                                         peak, mfu, price, tuned, dtype, precision)
+    run = (mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute, tuned, dtype, precision)
+           if tokens_per_second else None)
     fmt = Format.json if as_json else fmt
     data = {"spec": model_spec.model_dump(), **(budget.to_dict() if budget else {}), **({"run": run} if run else {}),
             **({"adapters": tuned.to_dict()} if tuned else {})}

@@ -408,11 +408,14 @@ def _memory_parts(m) -> list[tuple[str, int]]:
     parts = [("weights", m.weights), ("gradients", m.gradients), ("optimizer states", m.optimizer_states)]
     if m.master_weights:
         parts.append(("master weights", m.master_weights))
+    if m.fp8_weights:
+        parts.append(("FP8 copies + scaling", m.fp8_weights + m.fp8_scaling))
     return parts + [("activations", m.activations)]
 
 
 _MEMORY_COLOURS = {"weights": "#3b6ea5", "gradients": "#7fa7cf", "optimizer states": "#d9822b",
-                   "master weights": "#f0b97a", "activations": "#5a9e5a", "KV cache": "#b5524a", "state": "#8e6bb8"}
+                   "master weights": "#f0b97a", "FP8 copies + scaling": "#c2a83e",
+                   "activations": "#5a9e5a", "KV cache": "#b5524a", "state": "#8e6bb8"}
 
 
 @_styled

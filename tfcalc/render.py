@@ -421,7 +421,7 @@ def quant_weights_table(w, quant, dtype: str = "bf16") -> Table:
 def training_memory_table(m) -> Table:
     """A plan.training.TrainingMemory: per GPU of the worst pipeline stage, bytes exact and binary."""
     w, s, lay = m.workload, m.stage, m.layout
-    recipe = m.precision
+    recipe = f"bf16 ({m.precision})" if m.fp8_weights else m.precision  # FP8 recipes keep bf16 weights
     rows = [["weights", recipe, exact(m.weights), binary_bytes(m.weights)],
             ["gradients", recipe, exact(m.gradients), binary_bytes(m.gradients)],
             ["optimizer states", m.optimizer, exact(m.optimizer_states), binary_bytes(m.optimizer_states)]]
@@ -434,6 +434,10 @@ def training_memory_table(m) -> Table:
         rows[4][1] = f"{m.optimizer}, adapters only"
     if m.master_weights:
         rows.append(["master weights", "fp32", exact(m.master_weights), binary_bytes(m.master_weights)])
+    if m.fp8_weights:  # an FP8 recipe (TransformerEngine): the linears' FP8 weight copies and their scaling state
+        rows.append(["FP8 weight copies", "rowwise + transposed", exact(m.fp8_weights), binary_bytes(m.fp8_weights)])
+    if m.fp8_scaling:
+        rows.append(["FP8 scaling state", "scales, amax history", exact(m.fp8_scaling), binary_bytes(m.fp8_scaling)])
     what = f"recompute {m.recompute}" + (f", {s.microbatches} microbatches" if s.microbatches > 1 else "")
     rows.append(["activations", what, exact(m.activations), binary_bytes(m.activations)])
     for name, value in s.activation_components.items():
@@ -492,16 +496,22 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
             ["6ND (N = active parameters)", exact(b.six_nd), sci(b.six_nd)],
             [f"hardware FLOPs (recompute {b.recompute})", exact(b.hardware_flops), sci(b.hardware_flops)]]
     if b is not None and b.seconds is not None:
-        rows += [[f"time on {b.gpus:,} x {b.gpu_name} at MFU {float(b.mfu):.0%}", f"{b.seconds / 86400:,.1f} days",
+        rows += [[f"peak per GPU, dense {b.peak_dtype or 'bf16'}" + (f" ({b.precision})" if b.precision else ""),
+                  exact(b.peak_flops_per_s), sci(b.peak_flops_per_s)],
+                 [f"time on {b.gpus:,} x {b.gpu_name} at MFU {float(b.mfu):.0%}", f"{b.seconds / 86400:,.1f} days",
                   f"{b.seconds:,.0f} s"],
                  ["GPU-hours", f"{b.gpu_hours:,.0f}", ""]]
         if b.cost is not None:
             rows.append([f"cost at {float(b.price_per_gpu_hour):,.2f} per GPU-hour", f"{b.cost:,.0f}", ""])
     if run is not None:
+        at = f", dense {run.get('peak_dtype') or 'bf16'} peak"  # an FP8 recipe's MFU is at the fp8 peak
         rows += [[f"measured: {run['tokens_per_second']:,.0f} tokens/s on {run['gpus']:,} GPUs", "", ""],
-                 ["MFU (every pair)", pct(Fraction(run["mfu"])), ""],
-                 ["MFU (causal attention)", pct(Fraction(run["mfu_causal"])), ""],
-                 [f"HFU (recompute {run['recompute']})", pct(Fraction(run["hfu"])), ""]]
+                 [f"peak per GPU, dense {run.get('peak_dtype') or 'bf16'}"
+                  + (f" ({run['precision']})" if run.get("precision") else ""),
+                  exact(run["peak_flops_per_s"]), sci(run["peak_flops_per_s"])],
+                 [f"MFU (every pair{at})", pct(Fraction(run["mfu"])), ""],
+                 [f"MFU (causal attention{at})", pct(Fraction(run["mfu_causal"])), ""],
+                 [f"HFU (recompute {run['recompute']}{at})", pct(Fraction(run["hfu"])), ""]]
     if b is None:
         return Table("MFU of a run", ["figure", "exact", "readable"], rows,
                      f"model FLOPs per token ({step}) x tokens/s over the GPUs' dense datasheet peak",
@@ -1166,11 +1176,14 @@ def memory_sweep_table(pairs, axes: list[str]) -> Table:
     gpu = plans[0].capacity_bytes is not None
     if training:
         master = any(m.master_weights for m in plans)
+        fp8 = any(m.fp8_weights for m in plans)  # FP8 (TransformerEngine): its copies and scaling state, one column
         columns += ["weights", "gradients", "optimizer states", *(["master weights"] if master else []),
+                    *(["FP8 copies + scaling"] if fp8 else []),
                     "activations", "total", "peak (estimate)", *(["fits"] if gpu else [])]
         for row, m in zip(rows, plans):
             row += [exact(m.weights), exact(m.gradients), exact(m.optimizer_states),
-                    *([exact(m.master_weights)] if master else []), exact(m.activations), exact(m.total),
+                    *([exact(m.master_weights)] if master else []),
+                    *([exact(m.fp8_weights + m.fp8_scaling)] if fp8 else []), exact(m.activations), exact(m.total),
                     exact(m.peak), *(["yes" if m.fits else "no"] if gpu else [])]
     else:
         columns += ["weights", "KV cache", "total", *(["fits", "sequences"] if gpu else [])]

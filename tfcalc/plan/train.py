@@ -17,6 +17,10 @@ Conventions, stated once:
 - FLOPs per token are those of a train step on sequences of the spec's seq_len (exact fractions; integers for
   a decoder), times D tokens. Where the product is not whole (a pooler's once-per-sequence work, a window that
   splits pairs unevenly) it is rounded to the nearest FLOP.
+- The peak is the GPU's dense datasheet peak in one dtype: `--dtype` as given, else the recipe's (`training_peak`):
+  an FP8 recipe's is the dense fp8 peak (TransformerEngine runs the blocks' linears in FP8; attention and the head
+  stay 16-bit, so an FP8 run's MFU at the fp8 peak is lower than the same speed's at the bf16 peak), fp16-mixed's
+  fp16, fp32's fp32, bf16's and bf16-mixed's (and no recipe's) bf16.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..arch import Workload
 from ..counts import count
 from ..errors import TfcalcError, check_positive_int
 from ..spec import ModelSpec
+from .gpus import Gpu
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -48,6 +53,8 @@ class TrainingBudget:
     peak_flops_per_s: int | None = None  # one GPU, dense, in the training dtype
     mfu: Fraction | None = None
     price_per_gpu_hour: Fraction | None = None
+    peak_dtype: str | None = None  # the dtype of peak_flops_per_s (fp8 for an FP8 recipe)
+    precision: str | None = None  # the training recipe, when given
 
     @property
     def flops(self) -> int:
@@ -95,6 +102,7 @@ class TrainingBudget:
             "flops_per_token_causal": exact(self.flops_per_token_causal),
             "six_nd": self.six_nd, "six_nd_over_flops_causal": float(Fraction(self.six_nd, self.flops_causal)),
             "gpus": self.gpus, "gpu": self.gpu_name, "peak_flops_per_s": self.peak_flops_per_s,
+            "peak_dtype": self.peak_dtype, "precision": self.precision,
             "mfu": None if self.mfu is None else float(self.mfu),
             "seconds": self.seconds, "days": None if self.seconds is None else self.seconds / 86400,
             "gpu_hours": self.gpu_hours,
@@ -114,7 +122,8 @@ def _whole(q: Fraction) -> int:
 
 def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus: int | None = None,
                     gpu_name: str | None = None, peak_flops_per_s: int | None = None, mfu: float | None = None,
-                    price_per_gpu_hour: float | None = None, adapters=None) -> TrainingBudget:
+                    price_per_gpu_hour: float | None = None, adapters=None, peak_dtype: str | None = None,
+                    precision: str | None = None) -> TrainingBudget:
     """The FLOPs of training `spec` on `tokens` tokens (in sequences of spec.seq_len), and with `gpus`, a peak and
     an MFU, the time (and with a price, the cost). With `adapters` (`tfcalc.Adapters`): fine-tuning them on the
     frozen model."""
@@ -135,7 +144,7 @@ def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus:
     return TrainingBudget(spec, tokens, recompute, per_token, per_token_causal, hardware,
                           active, gpus, gpu_name, peak_flops_per_s,
                           None if mfu is None else Fraction(mfu), None if price_per_gpu_hour is None
-                          else Fraction(price_per_gpu_hour))
+                          else Fraction(price_per_gpu_hour), peak_dtype, precision)
 
 
 def _per_token(spec: ModelSpec, recompute: str, adapters=None) -> tuple[Fraction, Fraction, Fraction, int]:
@@ -159,7 +168,8 @@ def _per_token(spec: ModelSpec, recompute: str, adapters=None) -> tuple[Fraction
 
 
 def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s: int,
-               recompute: str = "none", adapters=None) -> dict:
+               recompute: str = "none", adapters=None, peak_dtype: str | None = None,
+               precision: str | None = None) -> dict:
     """The MFU (and HFU) of a measured run: model FLOPs per token x tokens/s over the GPUs' peak (with `adapters`,
     a fine-tuning run's step FLOPs)."""
     if not _positive(tokens_per_s):
@@ -175,4 +185,35 @@ def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s
                           f"{peak_flops_per_s:,} FLOP/s)")
     return {"tokens_per_second": tokens_per_s, "gpus": gpus, "peak_flops_per_s": peak_flops_per_s,
             "mfu": float(per_token) * tokens_per_s / peak, "mfu_causal": float(per_token_causal) * tokens_per_s / peak,
-            "hfu": float(hardware) * tokens_per_s / peak, "recompute": recompute}
+            "hfu": float(hardware) * tokens_per_s / peak, "recompute": recompute, "peak_dtype": peak_dtype,
+            "precision": precision}
+
+
+PEAK_DTYPE = {"fp32": "fp32", "fp16-mixed": "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}  # else: an FP8 recipe
+
+
+def training_peak(gpu_name: str, precision: str | None = None, dtype: str | None = None) -> tuple[Gpu, str, int]:
+    """The GPU, the dtype and the dense peak (FLOP/s) an MFU is held against: `dtype` as given, else the
+    recipe's (an FP8 recipe's: fp8; none: bf16). A GPU with no such peak is refused by name.
+
+    >>> training_peak("h100-sxm", "fp8")[1:]   # H100 SXM datasheet: 1,978.9 TFLOP/s dense FP8
+    ('fp8', 1978900000000000)"""
+    from .gpus import lookup
+    from .training import PRECISION_ALIASES, PRECISIONS, _choice
+
+    card = lookup(gpu_name)
+    typed = precision
+    if precision is not None:
+        _choice(precision, "precision", PRECISIONS)
+        precision = PRECISION_ALIASES.get(precision, precision)
+    fp8 = precision is not None and bool(PRECISIONS[precision].fp8)
+    if dtype is None and precision is not None:
+        dtype = "fp8" if fp8 else PEAK_DTYPE[precision]
+        if dtype not in card.peak_flops:
+            raise TfcalcError(f"precision={typed!r}: {card.name} has no dense {dtype} peak (it has "
+                              f"{', '.join(card.peak_flops)})" + ("; FP8 training needs FP8 tensor cores (Hopper, "
+                                                                  "Ada, Blackwell, MI300)" if fp8 else ""))
+    dtype = dtype or "bf16"
+    if dtype not in card.peak_flops:
+        raise TfcalcError(f"dtype={dtype!r}: {card.name} has no {dtype} peak (it has {', '.join(card.peak_flops)})")
+    return card, dtype, card.peak_flops[dtype]

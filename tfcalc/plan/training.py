@@ -12,6 +12,11 @@ Conventions, stated once (docs/planning.md has the derivations):
   count per parameter tensor), SGD with momentum 1; 8-bit Adam
   (bitsandbytes) keeps 2 states of 1 byte plus an fp32 absmax per 256-value block each, and 32-bit states for
   tensors under 4,096 values (its `min_8bit_size`).
+- FP8 (`fp8-delayed`, alias `fp8`; `fp8-current`; `fp8-mxfp8`): bf16-mixed's states, with the blocks' linears run
+  in FP8 as TransformerEngine runs them: each keeps an FP8 copy of its weight (rowwise and transposed; MXFP8 rowwise
+  and columnwise with their block scales) across the step, delayed scaling 5 quantizers per GEMM (an fp32 scale and
+  a 1,024-long fp32 amax history each), and saves its input for backward as one FP8 copy (1 byte a value) and its
+  scale instead of 16-bit. Embeddings, the head, routers, norms and attention stay 16-bit.
 - Activations are what each op keeps for its backward, in the activation dtype (fp32 for `fp32`, else 16-bit):
   a norm its input (and its fp32 statistics per row: mean and rstd, or rstd), a linear its input (a gate shares
   its up projection's), the attention core its q, k and v (k and v at the kv heads) and, with no recomputation,
@@ -54,6 +59,7 @@ class Recipe:
     master: int  # fp32 master copy (0: none)
     state: int  # bytes per optimizer-state value (32-bit-style optimizers)
     activations: int  # bytes per activation value
+    fp8: str = ""  # TransformerEngine's FP8 scaling for the blocks' linears: "delayed", "current", "mxfp8"; "": none
 
 
 PRECISIONS: dict[str, Recipe] = {
@@ -61,7 +67,13 @@ PRECISIONS: dict[str, Recipe] = {
     "bf16-mixed": Recipe(2, 2, 4, 4, 2),
     "fp16-mixed": Recipe(2, 2, 4, 4, 2),
     "bf16": Recipe(2, 2, 0, 2, 2),
+    # bf16-mixed, with the blocks' linears in FP8 as TransformerEngine runs them (_fp8_extras; docs/planning.md)
+    "fp8-delayed": Recipe(2, 2, 4, 4, 2, "delayed"),
+    "fp8-current": Recipe(2, 2, 4, 4, 2, "current"),
+    "fp8-mxfp8": Recipe(2, 2, 4, 4, 2, "mxfp8"),
 }
+PRECISIONS["fp8"] = PRECISIONS["fp8-delayed"]  # the alias: TE's default recipe on Hopper
+PRECISION_ALIASES = {"fp8": "fp8-delayed"}
 OPTIMIZERS: dict[str, int] = {"adamw": 2, "sgd": 1, "adam8bit": 2}  # states per parameter
 RECOMPUTE = ("none", "selective", "full")
 ADAM8BIT_BLOCK = 256  # bitsandbytes: one fp32 absmax per 256 values of each state
@@ -184,6 +196,9 @@ def model_states(n_params: int, precision: str = "bf16-mixed", optimizer: str = 
     """The ZeRO paper's arithmetic for `n_params` parameters held as one tensor per GPU replica, sharded over
     `dp` GPUs by ZeRO stage `zero` (1: optimizer states and master weights, 2: + gradients, 3: + weights)."""
     recipe = PRECISIONS[_choice(precision, "precision", PRECISIONS)]
+    if recipe.fp8:
+        raise TfcalcError(f"precision={precision!r}: FP8's extra tensors follow each linear's shape; use "
+                          "training_memory (model_states counts one flat tensor)")
     _choice(optimizer, "optimizer", OPTIMIZERS)
     return _shard(n_params * recipe.weights, n_params * recipe.grads, state_bytes(n_params, optimizer, recipe),
                   n_params * recipe.master, zero, dp)
@@ -258,6 +273,92 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     return out, encoder_output
 
 
+# ------------------------------------------------------------------------------------ FP8 (TransformerEngine)
+# What TE keeps beyond bf16-mixed when the blocks' linears run in FP8 (docs/planning.md, "FP8 training
+# (TransformerEngine)", cites TE's source for each term). Embeddings, the head, the router, norms and attention
+# stay 16-bit (Megatron-LM builds only the blocks' linears from TE).
+
+AMAX_HISTORY_LEN = 1024  # TE DelayedScaling.amax_history_len's default (common/recipe/__init__.py)
+FP8_QUANTIZERS_PER_GEMM = 5  # TE module/base.py: 3 forward (input, weight, output) + 2 backward (grad output,
+# grad input) per GEMM, each with an fp32 scale and an fp32 amax history under delayed scaling
+MXFP8_BLOCK = 32  # MXFP8: one 1-byte E8M0 scale per 32 values (TE tensor/mxfp8_tensor.py)
+FP8_ROLES = ("", "encoder_kv")  # the blocks' projections: TE Linear / LayerNormLinear / LayerNormMLP / GroupedLinear
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil(a, b) * b
+
+
+def mxfp8_scale_bytes(rows: int, cols: int, rowwise: bool) -> int:
+    """The E8M0 scales of an MXFP8 [rows, cols] tensor, padded as TE's MXFP8Quantizer.get_scale_shape pads them:
+    rowwise [rows to a multiple of 128, cols/32 to a multiple of 4], columnwise [rows/32 to a multiple of 4, cols
+    to a multiple of 128]."""
+    if rowwise:
+        return _round_up(rows, 128) * _round_up(_ceil(cols, MXFP8_BLOCK), 4)
+    return _round_up(_ceil(rows, MXFP8_BLOCK), 4) * _round_up(cols, 128)
+
+
+def _fp8_gemms(ops: tuple[Op, ...]) -> list[list[Matmul]]:
+    """The linears TE runs in FP8, grouped by GEMM: a projection that shares its input with the one before it in
+    the same sublayer (a gate beside its up projection: Megatron's linear_fc1) is one weight and one GEMM with it."""
+    gemms: list[list[Matmul]] = []
+    for op in ops:
+        if not isinstance(op, Matmul) or op.role not in FP8_ROLES or not op.weights or not op.m:
+            continue
+        if op.shares_input and gemms and gemms[-1][-1].sublayer == op.sublayer and \
+                gemms[-1][-1].expert == op.expert:
+            gemms[-1].append(op)
+        else:
+            gemms.append([op])
+    return gemms
+
+
+def fp8_states(ops: tuple[Op, ...], scaling: str, layout: Layout) -> tuple[int, int]:
+    """(the FP8 copies of one instance of `ops`' weights with their scales, the scaling state) on one GPU: bytes
+    TE keeps across the step beside the bf16 weights (Megatron passes is_first_microbatch, so each linear's FP8
+    weight is cached in its _fp8_workspaces across microbatches). Per GEMM of a [n, k] weight (TE's layout):
+    delayed/current on Hopper: rowwise k*n + transpose k*n bytes + one fp32 scale_inv; mxfp8 (Blackwell): rowwise
+    and columnwise k*n each, each with its E8M0 scales. Delayed scaling's state: 5 quantizers per GEMM, each an fp32
+    scale and an fp32 amax history of 1,024."""
+    copies = meta = 0
+    for gemm in _fp8_gemms(ops):
+        first = gemm[0]
+        matrices = _ceil(first.weights, layout.ep) if first.expert else first.weights  # one GEMM each
+        k = first._shape_on(layout.tp)[0]
+        n = sum(op._shape_on(layout.tp)[1] for op in gemm)
+        if scaling == "mxfp8":
+            each = 2 * k * n + mxfp8_scale_bytes(n, k, True) + mxfp8_scale_bytes(n, k, False)
+        else:
+            each = 2 * k * n + STAT_BYTES  # rowwise + transpose (Hopper's FP8 GEMM is TN only), scale_inv
+        copies += matrices * each
+        if scaling == "delayed":
+            meta += matrices * FP8_QUANTIZERS_PER_GEMM * (1 + AMAX_HISTORY_LEN) * STAT_BYTES
+    return copies, meta
+
+
+def fp8_activations(ops: tuple[Op, ...], scaling: str, recompute: str, layout: Layout, a: int) -> dict[str, int]:
+    """Per component, what FP8 changes in what one instance of `ops` keeps for backward (one microbatch; a
+    negative number): each FP8 linear keeps its input as the FP8 columnwise copy its wgrad GEMM reads (TE
+    linear.py discards the rowwise data: 1 byte a value, the transpose on Hopper) and its fp32 scale_inv (mxfp8:
+    the E8M0 scales), instead of the 16-bit input."""
+    par = Parallel(layout.tp, layout.cp, layout.sp)
+    out: dict[str, int] = {}
+    for gemm in _fp8_gemms(ops):
+        op = gemm[0]
+        if op.shares_input:  # its input is kept by an op before it (16-bit), not by this linear
+            continue
+        bf16 = op.saved(a, recompute, par).get("input", 0)
+        data = op.saved(1, recompute, par).get("input", 0)  # the same values, 1 byte each
+        gemms = _ceil(op.weights, layout.ep) if op.expert else 1  # routed experts: one GEMM (and scale) each
+        if scaling == "mxfp8":  # each GEMM's [rows, cols] input: its columnwise scales
+            cols = _ceil(op.k, layout.tp) if op.split == "row" else op.k
+            scales = gemms * mxfp8_scale_bytes(_ceil(data, cols * gemms), cols, False)
+        else:
+            scales = gemms * STAT_BYTES  # scale_inv
+        out[op.component] = out.get(op.component, 0) + data + scales - bf16
+    return out
+
+
 # --------------------------------------------------------------------------------------------------- stages
 
 
@@ -324,11 +425,13 @@ class StageMemory:
     transient_step: int  # the end of backward's (a tied table's gradients summed) or the step's extra
     tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
     trainable: int | None = None  # with adapters: the parameters they train on one GPU of this stage
+    fp8_weights: int = 0  # FP8 recipes: the weights' FP8 copies TE caches across the step, with their scales
+    fp8_scaling: int = 0  # FP8 delayed scaling: each quantizer's scale and amax history
 
     @property
     def peak(self) -> int:
         s = self.states
-        return (s.weights + s.optimizer_states + s.master_weights
+        return (s.weights + s.optimizer_states + s.master_weights + self.fp8_weights + self.fp8_scaling
                 + max(self.activations + self.transient, s.gradients + self.transient_step))
 
 
@@ -369,9 +472,18 @@ class TrainingMemory:
         return self.stage.activations
 
     @property
+    def fp8_weights(self) -> int:
+        return self.stage.fp8_weights
+
+    @property
+    def fp8_scaling(self) -> int:
+        return self.stage.fp8_scaling
+
+    @property
     def total(self) -> int:
-        """Everything at once: weights, gradients, optimizer states, master weights and activations."""
-        return self.stage.states.total + self.activations
+        """Everything at once: weights, gradients, optimizer states, master weights, (FP8: the weights' FP8
+        copies and the scaling state) and activations."""
+        return self.stage.states.total + self.fp8_weights + self.fp8_scaling + self.activations
 
     @property
     def peak(self) -> int:
@@ -391,6 +503,7 @@ class TrainingMemory:
             "layout": self.layout.to_dict(), "stage": s.stage, "params_per_gpu": s.params,
             "weights_bytes": self.weights, "gradients_bytes": self.gradients,
             "optimizer_states_bytes": self.optimizer_states, "master_weights_bytes": self.master_weights,
+            "fp8_weights_bytes": self.fp8_weights, "fp8_scaling_bytes": self.fp8_scaling,
             "activations_bytes": self.activations, "microbatches_in_flight": s.microbatches,
             "activation_components": dict(s.activation_components),
             "transient_bytes": s.transient, "step_transient_bytes": s.transient_step,
@@ -427,6 +540,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     gather = 0
     largest_tensor = 0
     cross_input = 0
+    fp8 = [0, 0]  # FP8 recipes: the weights' FP8 copies, the scaling state
     for part in parts:
         block_params = 0
         for op in part.ops:
@@ -451,6 +565,13 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         else:
             full, kv = _ops_activations(part.ops, a, recompute, layout)
             totals = {k: v * repeat for k, v in full.items()}
+        if recipe.fp8 and part.block:  # the blocks' linears in FP8 (TransformerEngine)
+            for k, v in fp8_activations(part.ops, recipe.fp8, recompute, layout, a).items():
+                full[k] = full.get(k, 0) + v
+                totals[k] = totals.get(k, 0) + v * repeat
+            copies, meta = fp8_states(part.ops, recipe.fp8, layout)
+            sets = part.repeat if part.copies is None else part.copies
+            fp8 = [fp8[0] + copies * sets, fp8[1] + meta * sets]
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
         # what an op brings back in its own backward whatever the mode (a checkpointed scan's intermediates)
@@ -503,7 +624,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
     tensors = sum(r for _, _, r in weights_numel)
     stage = StageMemory(index, dense + expert + frozen, states, activations, per_mb, microbatches, transient, step,
-                        tensors, dense + expert if tuned else None)
+                        tensors, dense + expert if tuned else None, fp8_weights=fp8[0], fp8_scaling=fp8[1])
     return stage, raw, 2 * gather
 
 
@@ -558,6 +679,7 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
         raise TfcalcError("workload: training memory is for phase 'train' (inference memory is "
                           "tfcalc.plan.memory.inference_memory)")
     recipe = PRECISIONS[_choice(precision, "precision", PRECISIONS)]
+    precision = PRECISION_ALIASES.get(precision, precision)
     _choice(optimizer, "optimizer", OPTIMIZERS)
     _choice(recompute, "recompute", RECOMPUTE)
     check_capacity(capacity_bytes, gpu_name)
@@ -614,7 +736,7 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
                               transient=base.transient + (gather if layout.zero >= 3 else 0)))
     worst = max(stages, key=lambda s: (s.peak, -s.stage))
     published = (_korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage])
-                 if estimate and adapters is None else None)  # the published figure is full training's
+                 if estimate and adapters is None and not recipe.fp8 else None)  # full 16-bit training's figure
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
                           tuple(s.params for s in stages), published, capacity_bytes, gpu_name)
 
