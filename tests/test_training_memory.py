@@ -147,8 +147,8 @@ def test_errors_name_the_field():
                           (Layout(cp=3), "cp=3"), (Layout(zero=4), "zero=4"), (Layout(dp=0), "dp=0")):
         with pytest.raises(TfcalcError, match=field):
             training_memory(spec, w, layout=layout)
-    with pytest.raises(TfcalcError, match="precision='fp8'"):
-        training_memory(spec, w, "fp8")
+    with pytest.raises(TfcalcError, match="precision='fp4'"):
+        training_memory(spec, w, "fp4")
     with pytest.raises(TfcalcError, match="phase 'train'"):
         training_memory(spec, Workload(phase="decode", seq_len=1, context=10))
 
