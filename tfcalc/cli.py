@@ -755,7 +755,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                   "(on meta: FakeTensorMode, nothing allocated), and on cuda against max_memory_allocated."))]
               = False,
               precision: Annotated[Optional[str], _training_opt("--precision", (
-                  "With --memory: fp32, bf16-mixed (default), fp16-mixed, bf16."))] = None,
+                  "With --memory: fp32, bf16-mixed (default), fp16-mixed, bf16 (FP8 recipes cannot be measured here)."))] = None,
               optimizer: Annotated[Optional[str], _training_opt("--optimizer", (
                   "With --memory: adamw (default) or sgd (adam8bit cannot be measured)."))] = None,
               recompute: Annotated[Optional[str], _training_opt("--recompute", (
