@@ -152,3 +152,10 @@ def test_memory_cli_fp8_json_carries_the_fp8_terms():
     data = json.loads(r.output)
     assert (data["precision"], data["fp8_weights_bytes"], data["fp8_scaling_bytes"]) == ("fp8-delayed", 196_640,
                                                                                          164_000)
+
+
+def test_check_memory_api_refuses_fp8_with_the_reason():
+    from tfcalc.verify.memory_check import check_memory  # torch: the measuring side
+
+    with pytest.raises(TfcalcError, match=r"precision='fp8-mxfp8': an FP8 train step needs TransformerEngine"):
+        check_memory(ModelSpec(**SPEC), Workload(seq_len=16, batch_size=2, phase="train"), "fp8-mxfp8")

@@ -859,8 +859,9 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     if optimizer == "adam8bit":
         raise TfcalcError("optimizer='adam8bit': bitsandbytes' 8-bit Adam cannot be measured here (adamw or sgd)")
     if PRECISIONS[precision].fp8:
-        raise TfcalcError(f"precision={precision!r}: an FP8 train step needs TransformerEngine and an FP8 GEMM "
-                          "(Hopper or newer), neither of which is here; it cannot be measured (bf16-mixed can)")
+        from .plan.training import FP8_UNMEASURABLE
+
+        raise TfcalcError(f"precision={precision!r}: {FP8_UNMEASURABLE}")
     import_torch("tfcalc check --memory")
     from .verify.checker import DEVICES
     from .verify.memory_check import check_memory

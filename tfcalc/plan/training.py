@@ -74,6 +74,8 @@ PRECISIONS: dict[str, Recipe] = {
 }
 PRECISIONS["fp8"] = PRECISIONS["fp8-delayed"]  # the alias: TE's default recipe on Hopper
 PRECISION_ALIASES = {"fp8": "fp8-delayed"}
+FP8_UNMEASURABLE = ("an FP8 train step needs TransformerEngine and an FP8 GEMM (Hopper or newer), neither of which "
+                    "is here; it cannot be measured (bf16-mixed can)")
 OPTIMIZERS: dict[str, int] = {"adamw": 2, "sgd": 1, "adam8bit": 2}  # states per parameter
 RECOMPUTE = ("none", "selective", "full")
 ADAM8BIT_BLOCK = 256  # bitsandbytes: one fp32 absmax per 256 values of each state

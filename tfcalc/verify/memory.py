@@ -254,6 +254,11 @@ def _check_arguments(spec: ModelSpec, workload: Workload | None, precision: str,
     if spec.is_encoder_decoder and workload.src_len is None:
         workload = workload.model_copy(update={"src_len": workload.seq_len})
     if precision not in PRECISIONS:
+        from ..plan.training import FP8_UNMEASURABLE
+        from ..plan.training import PRECISIONS as RECIPES
+
+        if precision in RECIPES and RECIPES[precision].fp8:
+            raise TfcalcError(f"precision={precision!r}: {FP8_UNMEASURABLE}")
         raise TfcalcError(f"precision={precision!r}: expected one of {', '.join(PRECISIONS)}")
     if optimizer in UNMEASURABLE:
         raise TfcalcError(f"optimizer={optimizer!r} cannot be measured: {UNMEASURABLE[optimizer]}; measure "
