@@ -159,3 +159,14 @@ def test_check_memory_api_refuses_fp8_with_the_reason():
 
     with pytest.raises(TfcalcError, match=r"precision='fp8-mxfp8': an FP8 train step needs TransformerEngine"):
         check_memory(ModelSpec(**SPEC), Workload(seq_len=16, batch_size=2, phase="train"), "fp8-mxfp8")
+
+
+def test_a_parallel_blocks_mlp_keeps_its_own_fp8_copy():
+    bf16, fp8 = plan("bf16-mixed", parallel_block="one_norm"), plan("fp8-delayed", parallel_block="one_norm")
+    # GPT-J: attention and the MLP read one normalised x [T, 64]; in 16 bits it is kept once (qkv's). In FP8 each
+    # TE module quantizes and saves its own copy: qkv's and fc1's, 1 byte + a 4-byte scale_inv each; out's and
+    # down's inputs as before: per block 2 x (T*64 + 4) + (T*64 + 4) + (T*256 + 4) instead of 2 x T*64 + 2 x T*64
+    # + 2 x T*256
+    per_block_fp8 = 2 * (T * 64 + 4) + (T * 64 + 4) + (T * 256 + 4)
+    per_block_bf16 = 2 * (T * 64 + T * 64 + T * 256)
+    assert bf16.activations - fp8.activations == 2 * (per_block_bf16 - per_block_fp8) == 2 * 10_224

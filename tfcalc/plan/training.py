@@ -339,18 +339,20 @@ def fp8_states(ops: tuple[Op, ...], scaling: str, layout: Layout) -> tuple[int, 
 
 
 def fp8_activations(ops: tuple[Op, ...], scaling: str, recompute: str, layout: Layout, a: int) -> dict[str, int]:
-    """Per component, what FP8 changes in what one instance of `ops` keeps for backward (one microbatch; a
-    negative number): each FP8 linear keeps its input as the FP8 columnwise copy its wgrad GEMM reads (TE
-    linear.py discards the rowwise data: 1 byte a value, the transpose on Hopper) and its fp32 scale_inv (mxfp8:
-    the E8M0 scales), instead of the 16-bit input."""
+    """Per component, what FP8 changes in what one instance of `ops` keeps for backward (one microbatch): each FP8
+    linear keeps its input as the FP8 columnwise copy its wgrad GEMM reads (TE linear.py discards the rowwise data:
+    1 byte a value, the transpose on Hopper) and its fp32 scale_inv (mxfp8: the E8M0 scales), instead of the
+    16-bit input. A linear whose input another op keeps (a parallel block's MLP beside attention, shared experts
+    beside the router) or that reads the encoder's output (kept once, 16-bit) keeps its FP8 copy besides: each TE
+    module quantizes and saves its own."""
     par = Parallel(layout.tp, layout.cp, layout.sp)
     out: dict[str, int] = {}
     for gemm in _fp8_gemms(ops):
         op = gemm[0]
-        if op.shares_input:  # its input is kept by an op before it (16-bit), not by this linear
-            continue
-        bf16 = op.saved(a, recompute, par).get("input", 0)
-        data = op.saved(1, recompute, par).get("input", 0)  # the same values, 1 byte each
+        split = par.tp if op.split == "row" else par.whole
+        data = par.part(op.m * op.k, split)  # the input's values on this GPU, 1 byte each (Matmul.saved's share)
+        kept_16bit = not op.shares_input and op.role != "encoder_kv"  # the 16-bit input this linear kept
+        bf16 = op.saved(a, recompute, par).get("input", 0) if kept_16bit else 0
         gemms = _ceil(op.weights, layout.ep) if op.expert else 1  # routed experts: one GEMM (and scale) each
         if scaling == "mxfp8":  # each GEMM's [rows, cols] input: its columnwise scales
             cols = _ceil(op.k, layout.tp) if op.split == "row" else op.k
