@@ -67,7 +67,8 @@ PRECISIONS: dict[str, Recipe] = {
     "bf16-mixed": Recipe(2, 2, 4, 4, 2),
     "fp16-mixed": Recipe(2, 2, 4, 4, 2),
     "bf16": Recipe(2, 2, 0, 2, 2),
-    # bf16-mixed, with the blocks' linears in FP8 as TransformerEngine runs them (_fp8_extras; docs/planning.md)
+    # bf16-mixed, with the blocks' linears in FP8 as TransformerEngine runs them (fp8_states, fp8_activations;
+    # docs/planning.md). fp8-delayed and fp8-current on Hopper's layout (a transposed copy), fp8-mxfp8 on Blackwell's
     "fp8-delayed": Recipe(2, 2, 4, 4, 2, "delayed"),
     "fp8-current": Recipe(2, 2, 4, 4, 2, "current"),
     "fp8-mxfp8": Recipe(2, 2, 4, 4, 2, "mxfp8"),
