@@ -108,9 +108,9 @@ class BlockKind:
     - `sizes`: its own sizes, a pydantic model (frozen, strict, extra forbidden) read from the spec's
       `kinds.<name>` (`spec.sizes(name)`), with a `problems(spec) -> list[str]` method for what the rest of the
       spec must be beside it; None: the kind reads only the spec's common fields.
-    - `kept_once(ctx, recompute)`, `kept_per_stage(ctx)`: what a stack with this kind keeps for backward once per
-      step, whatever its depth (on its embedding's pipeline stage; on every stage that holds some of its blocks),
-      as (what, elements, bytes each; 0: the activation dtype's), for the training memory plan.
+    - `kept_once(ctx, recompute, attention)`, `kept_per_stage(ctx)`: what a stack with this kind keeps for
+      backward once per step (attention: "fused" or "eager", how the cores run), whatever its depth (on its
+      embedding's pipeline stage; on every stage that holds some of its blocks), as (what, elements, bytes each; 0: the activation dtype's), for the training memory plan.
     """
 
     name: str
@@ -121,7 +121,7 @@ class BlockKind:
     in_block: bool = True
     in_pattern: bool = False
     reference: str = ""
-    kept_once: Callable[[Ctx, str], list[tuple[str, int, int]]] | None = None
+    kept_once: Callable[[Ctx, str, str], list[tuple[str, int, int]]] | None = None
     kept_per_stage: Callable[[Ctx], list[tuple[str, int, int]]] | None = None
     sizes: type | None = None
     parts: tuple[str, ...] = ()

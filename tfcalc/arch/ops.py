@@ -35,7 +35,11 @@ SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
 NORM_PER_ELEMENT = {"layernorm": 8, "layernorm_no_bias": 7, "rmsnorm": 4}
 NON_MATMUL_KIND = {"activation": "activations", "gate": "activations", "residual": "residual",
                    "routing": "moe/routing"}
-STAT_BYTES = 4  # a norm's per-row statistics and the loss are fp32
+STAT_BYTES = 4  # a norm's per-row statistics, the loss and a fused attention's logsumexp are fp32
+# how the attention cores run in a train step: "fused" (FlashAttention, torch SDPA's flash and memory-efficient
+# kernels: q, k, v, the output and an fp32 logsumexp per query row kept, no N x N tensor) or "eager" (two matmuls
+# and a softmax: its probabilities kept)
+ATTENTION = ("fused", "eager")
 
 
 def matmul(m: int, k: int, n: int) -> int:
@@ -62,11 +66,14 @@ class UnsupportedFigure(TfcalcError):
 @dataclass(frozen=True, slots=True)
 class Parallel:
     """Where one GPU stands in a parallel layout, as a record's saved activations need it: tensor and context
-    parallel sizes and whether sequence parallelism splits what tensor parallelism keeps whole."""
+    parallel sizes and whether sequence parallelism splits what tensor parallelism keeps whole; and which attention
+    kernel runs the cores (`ATTENTION`: "fused", FlashAttention or torch SDPA's flash and memory-efficient
+    kernels, or "eager", two matmuls and a softmax)."""
 
     tp: int = 1
     cp: int = 1
     sp: bool = False
+    attention: str = "fused"
 
     @property
     def whole(self) -> int:
@@ -621,11 +628,22 @@ class AttentionCore(Record):
         return []
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        """q, k and v (k and v at the key/value heads) whatever the kernel. Eager: its softmax probabilities
+        [b, h, s_q, s_k (+ a sink's column)]. Fused (torch's `_scaled_dot_product_flash_attention` and its CPU
+        twin, FlashAttention): its output [b, h, s_q, d_v] in the activation dtype and the logsumexp of each row
+        [b, h, s_q] in fp32, no N x N tensor. Selective recomputation runs the core again in backward: it keeps
+        neither (its inputs q, k, v are kept anyway)."""
         q = self.b * self.h * self.s_q * self.d_qk
         # shared keys and values are kept by the block that made them
         kv = 0 if self.shares_kv else self.b * self.kv_heads * self.s_k * (self.d_qk + self.d_v)
         saved = {"qkv": par.part(q * a, par.tp) + par.part(kv * a, par.tp)}
-        if recompute == "none":  # with a sink's column
+        if recompute != "none":
+            return saved
+        if par.attention == "fused":
+            rows = self.b * self.h * self.s_q
+            saved["output"] = par.part(rows * self.d_v * a, par.tp)
+            saved["logsumexp"] = par.part(rows * STAT_BYTES, par.tp)
+        else:  # with a sink's column
             saved["probabilities"] = par.part(self.b * self.h * self.s_q * (self.s_k + self.sinks) * a, par.tp)
         return saved
 

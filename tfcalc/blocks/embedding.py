@@ -45,10 +45,10 @@ def shared_embedding(ctx: Ctx) -> list[Op]:
     return [Table("embedding/token", spec.vocab_size, spec.d_model, tokens=tokens)] if spec.shared_embeddings else []
 
 
-def kept_once(ctx: Ctx, recompute: str) -> list[tuple[str, int, int]]:
+def kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[str, int, int]]:
     """What a stack's embedding keeps once per step: learned positions' ids (int64; the lookup keeps its indices),
-    T5's relative-position bucket ids (int64, s_q x s_k) and, when attention is recomputed, the bias itself
-    (H x s_q x s_k: an input of every recomputed core or block), Gemma 4's per-layer inputs [T, L, P] (read by
+    T5's relative-position bucket ids (int64, s_q x s_k) and, when attention is recomputed or fused, the bias
+    itself (H x s_q x s_k: an input of every recomputed core or block, or of each fused kernel: SDPA's attn_mask), Gemma 4's per-layer inputs [T, L, P] (read by
     every block, a slice each)."""
     spec, s, name = ctx.spec, ctx.s, ctx.name
     kept: list[tuple[str, int, int]] = []
@@ -56,7 +56,7 @@ def kept_once(ctx: Ctx, recompute: str) -> list[tuple[str, int, int]]:
         kept.append((name("embedding/position ids"), s, 8))
     if spec.positions == "relative":
         kept.append((name("attention/relative bucket ids"), s * ctx.keys, 8))
-        if recompute != "none":
+        if recompute != "none" or attention == "fused":
             kept.append((name("attention/relative bias"), spec.n_heads * s * ctx.keys, 0))
     if spec.d_per_layer_input:
         kept.append((name("embedding/per-layer inputs"), ctx.t * ctx.stack.n_layers * spec.d_per_layer_input, 0))

@@ -46,7 +46,7 @@ from ..arch import Workload, validate
 from ..arch.architecture import stacks
 from ..arch.builders import KINDS, Ctx
 from ..arch.inventory import stages as inventory_stages
-from ..arch.ops import STAT_BYTES, Matmul, Op, Parallel
+from ..arch.ops import ATTENTION, STAT_BYTES, Matmul, Op, Parallel
 from ..errors import TfcalcError, check_capacity
 from ..spec import ModelSpec
 from .adapters import Adapters, adapt_groups
@@ -234,13 +234,13 @@ def _routing(router: Matmul, experts: Matmul, a: int, layout: Layout, expert_sca
 
 
 def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout,
-                     grad: bool | None = None) -> tuple[dict[str, int], int]:
+                     grad: bool | None = None, attention: str = "fused") -> tuple[dict[str, int], int]:
     """Per component, the bytes one instance of `ops` keeps for backward (one microbatch), and apart from them the
     encoder output its cross-attentions read (one tensor, kept once however many read it). `grad`: None in full
     training; with adapters on frozen weights, whether a gradient flows into the ops (an adapter ran before them):
     each op keeps what it needs for its input's gradient and its adapter's (`saved_frozen`)."""
     out: dict[str, int] = {}
-    par = Parallel(layout.tp, layout.cp, layout.sp)
+    par = Parallel(layout.tp, layout.cp, layout.sp, attention)
     encoder_output = 0
     router = routing = None
     expert_scale = any(op.role == "scale" for op in ops)
@@ -380,21 +380,22 @@ class _Part:
 Kept = tuple[tuple[str, int, int], ...]  # (what, elements, bytes each; 0: the activation dtype's)
 
 
-def _stack_extras(ctx: Ctx, recompute: str) -> tuple[Kept, Kept]:
+def _stack_extras(ctx: Ctx, recompute: str, attention: str) -> tuple[Kept, Kept]:
     """What a stack keeps for backward once per step whatever its depth, as its kinds say (`BlockKind.kept_once`:
     on its embedding's stage; `kept_per_stage`: on every stage that holds some of its blocks)."""
     present = [KINDS["embedding"], *(KINDS[name] for name in dict.fromkeys(
         name for layer in ctx.stack.distinct() for name in layer.kinds))]
-    once = tuple(kept for kind in present if kind.kept_once for kept in kind.kept_once(ctx, recompute))
+    once = tuple(kept for kind in present if kind.kept_once for kept in kind.kept_once(ctx, recompute, attention))
     per_stage = tuple(kept for kind in present if kind.kept_per_stage for kept in kind.kept_per_stage(ctx))
     return once, per_stage
 
 
-def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, adapters=None) -> list[list[_Part]]:
+def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, attention: str,
+            adapters=None) -> list[list[_Part]]:
     """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
     evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
     stage that holds some of its blocks)."""
-    extras = {stack.name: _stack_extras(Ctx(spec, workload, stack), recompute) for stack in stacks(spec)}
+    extras = {stack.name: _stack_extras(Ctx(spec, workload, stack), recompute, attention) for stack in stacks(spec)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
         if adapters is not None:
@@ -455,6 +456,8 @@ class TrainingMemory:
     gpu_name: str | None = None
     smallest: TrainingMemory | None = field(default=None, compare=False)
     adapters: Adapters | None = None  # a fine-tuning step of adapters on the frozen model
+    attention: str = "fused"
+    reason: str = ""  # the smallest layout's: why this one among those with as few GPUs
 
     @property
     def weights(self) -> int:
@@ -505,7 +508,7 @@ class TrainingMemory:
         return {
             "workload": {**self.workload.model_dump(), "keys": self.workload.keys},
             "precision": self.precision, "optimizer": self.optimizer, "recompute": self.recompute,
-            "layout": self.layout.to_dict(), "stage": s.stage, "params_per_gpu": s.params,
+            "attention": self.attention, "layout": self.layout.to_dict(), "stage": s.stage, "params_per_gpu": s.params,
             "weights_bytes": self.weights, "gradients_bytes": self.gradients,
             "optimizer_states_bytes": self.optimizer_states, "master_weights_bytes": self.master_weights,
             "fp8_weights_bytes": self.fp8_weights, "fp8_scaling_bytes": self.fp8_scaling,
@@ -516,7 +519,7 @@ class TrainingMemory:
             "korthikanti_activations_bytes": self.korthikanti,
             "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
             "smallest_layout": None if self.smallest is None else {
-                **self.smallest.layout.to_dict(), "peak_bytes": self.smallest.peak},
+                **self.smallest.layout.to_dict(), "peak_bytes": self.smallest.peak, "reason": self.smallest.reason},
             **({"adapters": self.adapters.to_dict(), "trainable_params_per_gpu": s.trainable,
                 "frozen_weights_bytes": frozen_weight_bytes(s.params - s.trainable, PRECISIONS[self.precision])}
                if self.adapters is not None else {}),
@@ -530,10 +533,12 @@ def frozen_weight_bytes(numel: int, recipe: Recipe) -> int:
 
 
 def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recipe, optimizer: str,
-                  recompute: str, layout: Layout, last: bool, tuned: bool = False) -> StageMemory:
+                  recompute: str, layout: Layout, last: bool, tuned: bool = False,
+                  attention: str = "fused") -> StageMemory:
     """One stage's memory. `tuned`: adapters train on frozen weights (the parts' records carry them): the model's
     weights are frozen bytes alone, the adapters' tensors get the recipe's gradients, states and masters, and each
-    op keeps what the adapters' backward needs (no gradient flows before the first adapter)."""
+    op keeps what the adapters' backward needs (no gradient flows before the first adapter). `attention`: the
+    kernel the attention cores run (fused or eager)."""
     pp = layout.pp
     frozen = 0
     grad = False
@@ -563,12 +568,13 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         repeat = part.repeat
         if tuned:
             # the first instance may run with no gradient flowing in (no adapter before it), the others with one
-            first, kv = _ops_activations(part.ops, a, recompute, layout, grad=grad)
+            first, kv = _ops_activations(part.ops, a, recompute, layout, grad=grad, attention=attention)
             grad = grad or any(op.lora is not None for op in part.ops)
-            full = _ops_activations(part.ops, a, recompute, layout, grad=grad)[0] if repeat > 1 else first
+            full = (_ops_activations(part.ops, a, recompute, layout, grad=grad, attention=attention)[0]
+                    if repeat > 1 else first)
             totals = {k: first.get(k, 0) + full.get(k, 0) * (repeat - 1) for k in dict.fromkeys([*first, *full])}
         else:
-            full, kv = _ops_activations(part.ops, a, recompute, layout)
+            full, kv = _ops_activations(part.ops, a, recompute, layout, attention=attention)
             totals = {k: v * repeat for k, v in full.items()}
         if recipe.fp8 and part.block:  # the blocks' linears in FP8 (TransformerEngine)
             for k, v in fp8_activations(part.ops, recipe.fp8, recompute, layout, a).items():
@@ -580,7 +586,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
         # what an op brings back in its own backward whatever the mode (a checkpointed scan's intermediates)
-        par = Parallel(layout.tp, layout.cp, layout.sp)
+        par = Parallel(layout.tp, layout.cp, layout.sp, attention)
         own = max((op.transient(par) for op in part.ops), default=0) if part.block else 0
         if part.block and recompute == "full":
             # the block's input is [T, D], as each residual add's (a block without input norms has no norm of it)
@@ -592,9 +598,13 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         else:
             kept = totals
             recompute_extra = max(recompute_extra, own)
-            if recompute == "selective" and part.block:
+            if recompute == "selective" and part.block and attention == "eager":  # one core's probabilities back
                 recompute_extra = max(recompute_extra, max(
                     (_ceil(op.scores() * a, layout.tp * layout.cp) for op in part.ops), default=0))
+            elif recompute == "selective" and part.block:  # one fused core's output and logsumexp back
+                recompute_extra = max(recompute_extra, max(
+                    (sum(op.saved(a, "none", par).values()) - sum(op.saved(a, recompute, par).values())
+                     for op in part.ops if op.scores()), default=0))
         for k, v in kept.items():
             per_mb[k] = per_mb.get(k, 0) + v
         for what, elements, size in part.extras:
@@ -645,7 +655,7 @@ def _sharded(raw: list[ModelStates], layout: Layout) -> ModelStates:
 
 
 def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: Layout,
-                 stage: StageMemory, parts: list[_Part]) -> int | None:
+                 stage: StageMemory, parts: list[_Part], attention: str = "eager") -> int | None:
     """Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models, sec. 4 and
     Table 2): per layer sbh(34 + 5as/h) bytes (16-bit, with dropout), with tensor parallelism
     sbh(10 + 24/t + 5as/(ht)), with sequence parallelism sbh/t (34 + 5as/h); selective recomputation drops the
@@ -658,6 +668,8 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
     s, b, h, a_heads, t = workload.seq_len // layout.cp, workload.batch_size, spec.d_model, spec.n_heads, layout.tp
     sp = layout.sp and t > 1
     sbh = Fraction(s * b * h)
+    if attention == "fused":  # no N x N tensor kept: the paper's selective figure
+        recompute = "selective" if recompute == "none" else recompute
     attention = Fraction(5 * a_heads * s, h)
     if recompute == "full":
         per_layer = 2 * sbh / (t if sp else 1)
@@ -672,12 +684,13 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
 def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
                     recompute: str = "none", layout: Layout | None = None, capacity_bytes: int | None = None,
                     gpu_name: str | None = None, search: dict | None = None,
-                    adapters: Adapters | None = None) -> TrainingMemory:
+                    adapters: Adapters | None = None, attention: str = "fused") -> TrainingMemory:
     """Training memory per GPU of `spec` on a train `workload` (its batch_size the micro batch), with a recipe,
-    an optimizer, a recomputation policy and a parallel layout; the worst pipeline stage. With a GPU's capacity,
-    whether it fits; with `search` (the layout fields the user fixed), also the smallest layout that fits. With
-    `adapters` (`tfcalc.Adapters`): a fine-tuning step of LoRA/DoRA adapters on the frozen model (data parallel
-    and ZeRO only)."""
+    an optimizer, a recomputation policy, an attention kernel ("fused": FlashAttention or torch SDPA's fused
+    kernels, no N x N tensor kept; "eager": two matmuls and a softmax, its probabilities kept) and a parallel
+    layout; the worst pipeline stage. With a GPU's capacity, whether it fits; with `search` (the layout fields the
+    user fixed), also the smallest layout that fits. With `adapters` (`tfcalc.Adapters`): a fine-tuning step of
+    LoRA/DoRA adapters on the frozen model (data parallel and ZeRO only)."""
     if adapters is not None and not isinstance(adapters, Adapters):
         raise TfcalcError(f"adapters: expected a tfcalc.Adapters or None, got {type(adapters).__name__}")
     if not isinstance(workload, Workload) or workload.phase != "train":
@@ -687,6 +700,7 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
     precision = PRECISION_ALIASES.get(precision, precision)
     _choice(optimizer, "optimizer", OPTIMIZERS)
     _choice(recompute, "recompute", RECOMPUTE)
+    _choice(attention, "attention", ATTENTION)
     check_capacity(capacity_bytes, gpu_name)
     if isinstance(layout, dict):  # {"tp": 2, "pp": 4}: the layout's fields
         unknown = sorted(set(layout) - set(Layout.__dataclass_fields__))
@@ -714,36 +728,38 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
             raise TfcalcError(f"lora_rank={adapters.rank}: adapters' memory is not modelled for a parallel block "
                               f"(parallel_block={spec.parallel_block!r}: attention and MLP read one input)")
     cache: dict = {"adapters": adapters}
-    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, cache)
+    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, cache,
+                   attention=attention)
     if search is not None and capacity_bytes is not None:
         if adapters is not None:
             search = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "sp": False, **search}
         result = replace(result, smallest=smallest_layout(spec, workload, precision, optimizer, recompute,
-                                                          capacity_bytes, search, adapters))
+                                                          capacity_bytes, search, adapters, attention))
     return replace(result, adapters=adapters)
 
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
-          cache: dict, estimate: bool = True) -> TrainingMemory:
-    key = layout.pp, recompute
+          cache: dict, estimate: bool = True, attention: str = "fused") -> TrainingMemory:
+    key = layout.pp, recompute, attention
     adapters = cache.get("adapters")
     if key not in cache:
-        cache[key] = _stages(spec, workload, layout.pp, recompute, adapters)
+        cache[key] = _stages(spec, workload, layout.pp, recompute, attention, adapters)
     all_parts = cache[key]
     stages = []
     for i, parts in enumerate(all_parts):  # a stage's figures once per shape; ZeRO and dp only reshard them
-        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, recompute, precision, optimizer)
+        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, recompute, precision, optimizer,
+                 attention)
         if shape not in cache:
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
-                                         i == layout.pp - 1, adapters is not None)
+                                         i == layout.pp - 1, adapters is not None, attention)
         base, raw, gather = cache[shape]
         stages.append(replace(base, states=_sharded(raw, layout),
                               transient=base.transient + (gather if layout.zero >= 3 else 0)))
     worst = max(stages, key=lambda s: (s.peak, -s.stage))
-    published = (_korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage])
+    published = (_korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage], attention)
                  if estimate and adapters is None and not recipe.fp8 else None)  # full 16-bit training's figure
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
-                          tuple(s.params for s in stages), published, capacity_bytes, gpu_name)
+                          tuple(s.params for s in stages), published, capacity_bytes, gpu_name, attention=attention)
 
 
 def _powers(limit: int) -> list[int]:
@@ -757,7 +773,8 @@ def _powers(limit: int) -> list[int]:
 MAX_GPUS = 65536
 
 
-def _beyond(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, caches) -> bool:
+def _beyond(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, caches,
+            attention: str = "fused") -> bool:
     """No data-parallel size or ZeRO stage can fit this shape: a stage's activations and the backward's transients
     alone (neither shrinks with dp) are over the capacity."""
     try:
@@ -765,37 +782,72 @@ def _beyond(spec, workload, recipe, precision, optimizer, recompute, layout, cap
     except TfcalcError:
         return False  # left to the search, which skips it by its own check
     stage = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, None, caches,
-                  estimate=False).stage
+                  estimate=False, attention=attention).stage
     return stage.activations + stage.transient > capacity_bytes
 
 
 def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimizer: str, recompute: str,
-                    capacity_bytes: int, fixed: dict, adapters: Adapters | None = None) -> TrainingMemory | None:
+                    capacity_bytes: int, fixed: dict, adapters: Adapters | None = None,
+                    attention: str = "fused") -> TrainingMemory | None:
     """The layout with the fewest GPUs whose worst stage's peak fits in `capacity_bytes`, keeping the layout
     fields in `fixed` as given. Searched: tp 1-8 (one node), pp and dp powers of two, ZeRO 0-3, ep powers of two
-    dividing n_experts; ties go to the least sharding (lower ZeRO stage, then smaller tp, then pp). Context
-    parallelism (powers of two up to MAX_CP) and sequence parallelism are searched too when nothing fits without
-    them (a long context): they cost only when needed. None when nothing up to 65,536 GPUs fits."""
+    dividing n_experts. Among the layouts with the fewest GPUs the simplest wins (`_simplest`): plain data
+    parallel, then ZeRO-1, 2, 3 (FSDP), then tensor parallel, then pipeline stages. Context parallelism (powers of
+    two up to MAX_CP) and sequence parallelism are searched only when nothing fits without them (a long context).
+    The plan's `reason` says why this layout. None when nothing up to 65,536 GPUs fits."""
     recipe = PRECISIONS[precision]
     caches: dict = {"adapters": adapters}
     best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches,
-                   [fixed.get("cp", 1)], [fixed.get("sp", False)])
+                   [fixed.get("cp", 1)], [fixed.get("sp", False)], attention)
+    widened = False
     if best is None and not ("cp" in fixed and "sp" in fixed):
         # context parallelism over the lengths it divides; sequence parallelism on wherever tp > 1 (it only
         # splits what tensor parallelism keeps whole: never more memory)
         cps = [fixed["cp"]] if "cp" in fixed else [c for c in _powers(MAX_CP) if workload.seq_len % c == 0]
         sps = [fixed["sp"]] if "sp" in fixed else [True]
         best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches, cps,
-                       sps)
-    return None if best is None else _plan(spec, workload, recipe, precision, optimizer, recompute, best,
-                                           capacity_bytes, None, caches)
+                       sps, attention)
+        widened = True
+    if best is None:
+        return None
+    plan = _plan(spec, workload, recipe, precision, optimizer, recompute, best, capacity_bytes, None, caches,
+                 attention=attention)
+    return replace(plan, reason=_reason(best, fixed, widened))
+
+
+def _simplest(layout: Layout) -> tuple:
+    """The search's order among layouts with as many GPUs: no context parallelism first, then no pipeline, then
+    the least tensor parallelism, the least expert parallelism, the lowest ZeRO stage (plain data parallel first),
+    sequence parallelism off."""
+    return layout.gpus, layout.cp, layout.pp, layout.tp, layout.ep, layout.zero, int(layout.sp), layout.dp
+
+
+def _reason(layout: Layout, fixed: dict, widened: bool) -> str:
+    """Why the search chose `layout`: it has the fewest GPUs that fit, and each way it departs from plain data
+    parallelism is there because the simpler layouts on as many GPUs do not fit (or the user fixed it)."""
+    n = f"{layout.gpus:,} GPU" + ("s" if layout.gpus > 1 else "")
+    given = [f"{k} {fixed[k]}" for k in ("dp", "zero", "tp", "sp", "pp", "ep", "cp") if k in fixed]
+    why = []
+    if widened and (layout.cp > 1 or layout.sp) and not ({"cp", "sp"} <= set(fixed)):
+        why.append("nothing fits without context or sequence parallelism")
+    if layout.pp > 1 and "pp" not in fixed:
+        why.append(f"no layout without pipeline stages fits on {n}")
+    if layout.tp > 1 and "tp" not in fixed:
+        why.append(f"data parallelism with any ZeRO stage does not fit on {n}")
+    elif layout.zero and "zero" not in fixed:
+        why.append(f"plain data parallelism does not fit on {n}; ZeRO-{layout.zero} is the lowest stage that does")
+    if not why:
+        why.append("plain data parallelism fits" if layout.gpus == layout.dp else "the simplest layout that fits")
+    return (f"the fewest GPUs that fit ({n}); " + "; ".join(why)
+            + (f" ({', '.join(given)} as given)" if given else ""))
 
 
 MAX_CP = 64  # the largest context-parallel size the fit search tries
 
 
 def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str, optimizer: str, recompute: str,
-            capacity_bytes: int, fixed: dict, caches: dict, cps: list[int], sps: list[bool]) -> Layout | None:
+            capacity_bytes: int, fixed: dict, caches: dict, cps: list[int], sps: list[bool],
+            attention: str = "fused") -> Layout | None:
     """smallest_layout's search over the layouts with cp in `cps` and sp in `sps`."""
     blocks = sum(s.n_layers for s in stacks(spec))
     tps = [fixed["tp"]] if "tp" in fixed else [t for t in (1, 2, 4, 8)
@@ -814,7 +866,7 @@ def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str,
         if best_key is not None and fewest > best_key[0]:
             break
         if _beyond(spec, workload, recipe, precision, optimizer, recompute, Layout(1, 0, tp, pp, ep, cp, sp),
-                   capacity_bytes, caches):
+                   capacity_bytes, caches, attention):
             continue
         for zero in zeros:
             for dp in dps:
@@ -828,9 +880,9 @@ def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str,
                 except TfcalcError:
                     continue
                 plan = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes,
-                             None, caches, estimate=False)
+                             None, caches, estimate=False, attention=attention)
                 if plan.peak <= capacity_bytes:
-                    key = (layout.gpus, zero, tp, pp, cp, int(sp), ep, dp)
+                    key = _simplest(layout)
                     if best_key is None or key < best_key:
                         best, best_key = layout, key
                     break  # a larger dp only adds GPUs

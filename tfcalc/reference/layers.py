@@ -216,6 +216,9 @@ class AttentionCore(nn.Module):
     def __init__(self, causal: bool, window: int | None, explicit: bool):
         super().__init__()
         self.causal, self.window, self.explicit = causal, window, explicit
+        # SDPA gets the key/value heads as they are (enable_gqa=True) where no mask is passed, as transformers'
+        # sdpa path does (`use_gqa_in_sdpa`): what a training step keeps (tfcalc.verify.memory sets it)
+        self.native_gqa = False
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 bias: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
@@ -226,10 +229,12 @@ class AttentionCore(nn.Module):
         plain_causal = bool(self.causal and self.window is None and s_q == s_k and bias is None)
         keep = None if plain_causal else keep_mask(s_q, s_k, self.causal, self.window, q.device)
         if not self.explicit and sinks is None:
-            if Hkv != H:  # GQA/MQA: each key/value head serves H / Hkv query heads
-                k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
             mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=plain_causal)
+            gqa = Hkv != H and self.native_gqa and mask is None
+            if Hkv != H and not gqa:  # GQA/MQA: each key/value head serves H / Hkv query heads
+                k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=plain_causal,
+                                                  **({"enable_gqa": True} if gqa else {}))
         B, dh, g = int(q.shape[0]), int(q.shape[-1]), H // Hkv
         if g > 1:  # query heads h = j * g + i .. of key/value head j: rows i * s_q + n of head j
             q = q.reshape(B, Hkv, g * s_q, dh)

@@ -13,8 +13,12 @@ the GPU and also reports `torch.cuda.max_memory_allocated` of a steady-state ste
 The step (every recipe): gradients set to None, forward, the loss, backward, the optimizer step. The loss is
 `F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())` (an fp32 loss, as every framework computes
 it); a model without an LM head takes the sum of its outputs (in fp32) as the loss. A pooler's output is added to
-the loss as its sum. The attention is the explicit two-matmul path (`explicit_attention=True`; its softmax
-probabilities are kept unless recomputed); SDPA on request.
+the loss as its sum. The attention (`attention`): "fused" (default) runs torch's scaled_dot_product_attention, the
+key/value heads as they are (enable_gqa=True, as transformers' sdpa path passes them when there is no mask): on the
+CPU and under FakeTensorMode the dispatcher picks `_scaled_dot_product_flash_attention_for_cpu`, which keeps q, k,
+v, its output and an fp32 logsumexp per (batch, head, query row) for backward, no N x N tensor; "eager" the
+explicit two-matmul path (its softmax probabilities kept unless recomputed). `fused_problem` names the models
+whose attention SDPA cannot run as a fused kernel would (sliding windows, sinks, a bias under a causal mask, MLA).
 
 Recipes (bytes per parameter, the ZeRO paper's convention, Rajbhandari et al. 2020):
 - `fp32`: model, gradients and optimizer states in fp32, activations in fp32.
@@ -109,6 +113,7 @@ OPTIMIZERS = ("adamw", "sgd")
 UNMEASURABLE = {"adam8bit": "8-bit Adam (bitsandbytes) is not in torch, and its kernels need a CUDA build of "
                             "bitsandbytes"}
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("fused", "eager")
 DEVICES = ("fake", "cpu", "cuda")
 _CATEGORIES = {_MemRefType.PARAM: "parameters", _MemRefType.BUFFER: "buffers", _MemRefType.GRAD: "gradients",
                _MemRefType.ACT: "activations", _MemRefType.TEMP: "temporaries", _MemRefType.OPT: "optimizer",
@@ -137,6 +142,7 @@ class MeasuredMemory:
     precision: str
     optimizer: str
     recompute: str
+    attention: str  # "eager" (two matmuls and a softmax) or "fused" (torch SDPA)
     device: str
     parameters: int  # Parameter
     buffers: int  # Buffer
@@ -175,21 +181,24 @@ class MeasuredMemory:
 
 def measure_training_memory(spec: ModelSpec, workload: Workload | None = None, precision: str = "bf16-mixed",
                             optimizer: str = "adamw", recompute: str = "none", device: str = "fake",
-                            explicit_attention: bool = True, adapters=None) -> MeasuredMemory:
+                            attention: str = "fused", adapters=None) -> MeasuredMemory:
     """Run two training steps of the reference model for `spec` on `workload` (default: the spec's train step)
     and report the second as MemTracker sees it (see the module docstring for the recipes and MemTracker's
-    categories). device: "fake" (FakeTensorMode, nothing allocated), "cpu", "cuda" (or "cuda:N"). `adapters`
-    (`tfcalc.Adapters`): a fine-tuning step, LoRA adapters on the frozen reference model (tfcalc.verify.adapters);
-    the optimizer and its masters are over the adapters alone."""
+    categories). device: "fake" (FakeTensorMode, nothing allocated), "cpu", "cuda" (or "cuda:N"). attention:
+    "eager" (the explicit two-matmul path) or "fused" (torch's scaled_dot_product_attention; `fused_problem` says
+    where the reference model cannot run it as the fused kernel would). `adapters` (`tfcalc.Adapters`): a
+    fine-tuning step, LoRA adapters on the frozen reference model (tfcalc.verify.adapters); the optimizer and its
+    masters are over the adapters alone."""
     started = time.perf_counter()
     workload = _check_arguments(spec, workload, precision, optimizer, recompute, device)
+    _check_attention(spec, attention)
     dtype, mixed = PRECISIONS[precision]
-    notes = [_loss_note(spec)]
+    notes = [_loss_note(spec), _attention_note(attention)]
     if adapters is not None:
         notes.append(f"{adapters.describe()}: adapters added to the reference model (tfcalc.verify.adapters), every "
                      "other parameter frozen")
     with _device(device) as dev:
-        model, inputs, targets = _build(spec, workload, dtype, recompute, explicit_attention, dev, adapters)
+        model, inputs, targets = _build(spec, workload, dtype, recompute, attention == "eager", dev, adapters)
         trainer = _Trainer(model, optimizer, mixed)
         _step(model, inputs, targets, trainer)  # the optimizer's states exist after a first step
         trainer.zero_grad()
@@ -219,7 +228,8 @@ def measure_training_memory(spec: ModelSpec, workload: Workload | None = None, p
     highest = _by_name(tracker.category_peaks.get(key, {}))
     return MeasuredMemory(
         spec=spec.label, workload=workload.describe(), precision=precision, optimizer=optimizer,
-        recompute=recompute, device=str(dev) if device != "fake" else "fake", parameters=end["step"]["parameters"],
+        recompute=recompute, attention=attention, device=str(dev) if device != "fake" else "fake",
+        parameters=end["step"]["parameters"],
         buffers=end["step"]["buffers"], gradients=end["backward"]["gradients"],
         optimizer_states=end["step"]["optimizer"], optimizer_step_counters=counters,
         master_weights=end["step"]["other"], activations_peak=highest["activations"],
@@ -230,14 +240,15 @@ def measure_training_memory(spec: ModelSpec, workload: Workload | None = None, p
 
 
 def saved_for_backward(spec: ModelSpec, workload: Workload | None = None, dtype: torch.dtype = torch.bfloat16,
-                       recompute: str = "none", explicit_attention: bool = True,
+                       recompute: str = "none", attention: str = "fused",
                        device: str = "fake", adapters=None) -> list[SavedTensor]:
     """What one forward (and the loss) of the reference model in `dtype` keeps for backward, one entry per
     storage, in the order saved; by default under FakeTensorMode (nothing allocated; a mixture of experts routes
     round robin), "cpu" or "cuda" for real data. Parameters and the step's inputs are left out."""
     workload = _check_arguments(spec, workload, "fp32", "adamw", recompute, device)
+    _check_attention(spec, attention)
     with _device(device) as dev:
-        model, inputs, targets = _build(spec, workload, dtype, recompute, explicit_attention, dev, adapters)
+        model, inputs, targets = _build(spec, workload, dtype, recompute, attention == "eager", dev, adapters)
         recorder = _SavedRecorder(model, inputs, targets)
         with recorder:
             loss = _loss(model, inputs, targets, recorder)
@@ -275,6 +286,43 @@ def _check_arguments(spec: ModelSpec, workload: Workload | None, precision: str,
     return workload
 
 
+def fused_problem(spec: ModelSpec) -> str | None:
+    """Why the reference model cannot measure `spec`'s attention as the fused kernel the plan models runs it, or
+    None. torch's SDPA has no sliding window and no sink logit: a window becomes an attn_mask SDPA keeps per layer
+    (FlashAttention's window_size keeps none), sinks run the explicit path; a causal mask on a bias (ALiBi, T5's
+    relative bias) makes a masked copy per layer; on the CPU, heads whose keys and values differ in width (MLA)
+    fall back to the math path (softmax probabilities kept, in fp32)."""
+    from ..arch.architecture import stacks
+
+    windowed = any(layer.window is not None for stack in stacks(spec) for layer in stack.distinct())
+    if windowed:
+        return "sliding windows (torch SDPA takes them only as an attn_mask, which it keeps)"
+    if spec.attention_sinks:
+        return "attention sinks (torch SDPA has no sink logit)"
+    if spec.positions in ("alibi", "relative") and spec.causal:
+        return f"{spec.positions} position bias under a causal mask (a masked copy of the bias for each SDPA call)"
+    if spec.is_mla:
+        return "multi-head latent attention (keys and values of different widths: SDPA's CPU kernel falls back to math)"
+    return None
+
+
+def _check_attention(spec: ModelSpec, attention: str) -> None:
+    if attention not in ATTENTION:
+        raise TfcalcError(f"attention={attention!r}: expected one of {', '.join(ATTENTION)}")
+    problem = fused_problem(spec) if attention == "fused" else None
+    if problem:
+        raise TfcalcError(f"attention='fused': {spec.label} cannot be measured with torch's fused kernel here: "
+                          f"{problem}; measure it with attention 'eager'")
+
+
+def _attention_note(attention: str) -> str:
+    if attention == "eager":
+        return "attention: eager (q k^T, softmax, @ v: the softmax probabilities kept for backward)"
+    return ("attention: fused (torch scaled_dot_product_attention; on the CPU and under FakeTensorMode "
+            "_scaled_dot_product_flash_attention_for_cpu, which keeps q, k, v, the output and an fp32 logsumexp per "
+            "row; key/value heads as they are, enable_gqa=True)")
+
+
 @contextlib.contextmanager
 def _device(device: str):
     """The torch device the step runs on; "fake": CPU tensors under a FakeTensorMode held for the block."""
@@ -293,6 +341,9 @@ def _build(spec: ModelSpec, workload: Workload, dtype: torch.dtype, recompute: s
 
     torch.manual_seed(0)
     model = build_model(spec, dev, dtype, explicit, workload, recompute)
+    for module in model.modules():  # SDPA over the key/value heads as they are, as transformers' sdpa path runs
+        if hasattr(module, "native_gqa"):
+            module.native_gqa = True
     if adapters is not None:
         from .adapters import add_adapters
 

@@ -61,6 +61,7 @@ class MemoryReport:
     rows: tuple[MemoryRow, ...]
     seconds: float
     notes: tuple[str, ...]
+    attention: str = "fused"
 
     @property
     def match(self) -> bool:
@@ -69,7 +70,7 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"spec": self.spec.model_dump(), "workload": self.workload.model_dump(),
                 "precision": self.precision, "optimizer": self.optimizer, "recompute": self.recompute,
-                "device": self.device, "rows": [r.to_dict() for r in self.rows], "match": self.match,
+                "attention": self.attention, "device": self.device, "rows": [r.to_dict() for r in self.rows], "match": self.match,
                 "seconds": self.seconds, "notes": list(self.notes)}
 
 
@@ -97,15 +98,18 @@ def _guard(spec: ModelSpec, plan, device: str) -> None:
 
 
 def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
-                 recompute: str = "none", device: str = "meta", adapters=None) -> MemoryReport:
-    """The plan's per-category bytes against MemTracker's on the reference model's train step (one GPU); with
-    `adapters`, a fine-tuning step of LoRA adapters on the frozen reference model."""
+                 recompute: str = "none", device: str = "meta", attention: str = "fused",
+                 adapters=None) -> MemoryReport:
+    """The plan's per-category bytes against MemTracker's on the reference model's train step (one GPU), its
+    attention run fused (torch SDPA) or eager (two matmuls and a softmax); with `adapters`, a fine-tuning step of
+    LoRA adapters on the frozen reference model."""
     from .memory import measure_training_memory
 
-    plan = training_memory(spec, workload, precision, optimizer, recompute, adapters=adapters)
+    plan = training_memory(spec, workload, precision, optimizer, recompute, adapters=adapters, attention=attention)
     _guard(spec, plan, device)
     measured = measure_training_memory(spec, plan.workload, precision, optimizer, recompute,
-                                       DEVICES.get(str(device).split(":")[0], device), adapters=adapters)
+                                       DEVICES.get(str(device).split(":")[0], device), attention=attention,
+                                       adapters=adapters)
     # CUDA's caching allocator gives every storage a multiple of 512 bytes: an exact row may be over by less
     # than 512 B a tensor (AdamW's 4-byte step counters take 512 B each there)
     n = plan.stage.tensors if measured.cuda_max_allocated is not None else 0
@@ -128,4 +132,4 @@ def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mix
                               PEAK_TOLERANCE, "the caching allocator rounds every block up to 512 B and "
                               "holds cuBLAS workspaces and the inputs"))
     return MemoryReport(spec, plan.workload, precision, optimizer, recompute, measured.device, tuple(rows),
-                        measured.seconds, tuple(measured.notes))
+                        measured.seconds, tuple(measured.notes), attention)
