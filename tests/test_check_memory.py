@@ -3,12 +3,14 @@
 for every block kind built so far; the peak, an estimate, within 10%."""
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
 
-from tfcalc import Workload, load_preset
+from tfcalc import TfcalcError, Workload, load_preset
 from tfcalc.cli import app
+from tfcalc.verify.memory import fused_problem
 from tfcalc.verify.memory_check import check_memory
 
 runner = CliRunner()
@@ -59,11 +61,22 @@ def small(name: str):
     return spec, Workload(seq_len=32, batch_size=2, src_len=32 if spec.is_encoder_decoder else None)
 
 
-@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
-@pytest.mark.parametrize("name", list(SMALL))
-def test_every_category_agrees(name, recompute):
+# fused under full recomputation is the same kernel in each block's recomputed forward: two models are enough
+RUNS = [(name, recompute, attention) for name in SMALL for recompute in ("none", "selective", "full")
+        for attention in ("eager", "fused")
+        if attention == "eager" or recompute != "full" or name in ("gpt2", "llama2-7b")]
+
+
+@pytest.mark.parametrize("name, recompute, attention", RUNS)
+def test_every_category_agrees(name, recompute, attention):
+    # eager: the explicit two-matmul path; fused: torch SDPA (its CPU flash kernel: q, k, v, output, logsumexp)
     spec, w = small(name)
-    report = check_memory(spec, w, "bf16-mixed", "adamw", recompute, "meta")
+    problem = fused_problem(spec) if attention == "fused" else None
+    if problem:  # what SDPA cannot run as the fused kernel the plan models: refused by name, not measured wrong
+        with pytest.raises(TfcalcError, match=re.escape(problem)):
+            check_memory(spec, w, "bf16-mixed", "adamw", recompute, "meta", attention)
+        return
+    report = check_memory(spec, w, "bf16-mixed", "adamw", recompute, "meta", attention)
     rows = {r.category: r for r in report.rows}
     for category in ("weights", "gradients", "optimizer states", "master weights",
                      "activations (end of forward)"):
@@ -85,15 +98,22 @@ def test_cli(tmp_path):
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["match"] and {row["category"] for row in data["rows"]} >= {"weights", "activations (end of forward)"}
+    assert data["attention"] == "fused"  # the default
     r = runner.invoke(app, [*args, "--recompute", "full"])
     assert r.exit_code == 0 and "every category agrees" in r.output
+    r = runner.invoke(app, [*args, "--attention", "eager"])
+    assert r.exit_code == 0 and "every category agrees" in r.output and "eager attention" in r.output
     for extra, message in ((["--optimizer", "adam8bit"], "cannot be measured"),
                            (["--precision", "fp8"], "precision='fp8'"),
+                           (["--attention", "flash"], "attention='flash': expected one of fused, eager"),
+                           (["--sliding-window", "8"], "--attention fused: "),
                            (["--train"], "--train: --memory checks a train step")):
         r = runner.invoke(app, [*args, *extra])
         assert r.exit_code == 2 and message in r.output, (extra, r.output)
     r = runner.invoke(app, ["check", "-p", "gpt2", "--precision", "fp32"])
     assert r.exit_code == 2 and "add --memory" in r.output
+    r = runner.invoke(app, ["check", "-p", "gpt2", "--attention", "eager"])
+    assert r.exit_code == 2 and "--attention: a training-memory flag; add --memory" in r.output
 
 
 def test_exact_rows_allow_cudas_512_byte_blocks_and_nothing_else():

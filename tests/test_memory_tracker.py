@@ -37,8 +37,9 @@ def _numel(spec) -> tuple[int, int, int]:
 @pytest.fixture(scope="module")
 def runs():
     spec = _llama()
+    # eager attention: the softmax probabilities are what selective recomputation drops
     measured = {(precision, optimizer, recompute): measure_training_memory(spec, WORKLOAD, precision, optimizer,
-                                                                           recompute, "fake")
+                                                                           recompute, "fake", "eager")
                 for precision, optimizer, recompute in [
                     ("bf16-mixed", "adamw", "none"), ("bf16-mixed", "adamw", "selective"),
                     ("bf16-mixed", "adamw", "full"), ("bf16-mixed", "sgd", "none"), ("fp32", "adamw", "none"),
@@ -90,10 +91,11 @@ def test_activations_at_the_end_of_forward_are_the_saved_set(runs):
         assert m.peak_total >= m.parameters + m.master_weights + m.optimizer_states
 
 
-def test_fake_and_real_cpu_steps_agree():
+@pytest.mark.parametrize("attention", ["fused", "eager"])
+def test_fake_and_real_cpu_steps_agree(attention):
     spec = _gpt()
-    fake = measure_training_memory(spec, WORKLOAD, "bf16-mixed", "adamw", "selective", "fake")
-    cpu = measure_training_memory(spec, WORKLOAD, "bf16-mixed", "adamw", "selective", "cpu")
+    fake = measure_training_memory(spec, WORKLOAD, "bf16-mixed", "adamw", "selective", "fake", attention)
+    cpu = measure_training_memory(spec, WORKLOAD, "bf16-mixed", "adamw", "selective", "cpu", attention)
     fields = ("parameters", "gradients", "optimizer_states", "master_weights", "activations_end_of_forward",
               "activations_peak", "temporaries_peak", "optimizer_peak", "peak_total")
     assert {f: getattr(fake, f) for f in fields} == {f: getattr(cpu, f) for f in fields}
@@ -111,7 +113,7 @@ def test_gpt2_keeps_the_canonical_set():
     spec = _gpt()
     t, D, F, V, H = B * N, spec.d_model, spec.d_ff, spec.vocab_size, spec.n_heads
     a = 2  # bf16
-    saved = _by_module(saved_for_backward(spec, WORKLOAD, torch.bfloat16, "none"))
+    saved = _by_module(saved_for_backward(spec, WORKLOAD, torch.bfloat16, "none", "eager"))
     layer_norm = t * D * a + 2 * t * 4  # input, fp32 mean and rstd
     expected = {"embedding.position": N * 8}  # the position ids (an arange) kept by the table's lookup
     for i in range(spec.n_layers):
@@ -133,7 +135,7 @@ def test_llama_with_grouped_query_attention_keeps_the_canonical_set():
     spec = _llama()
     t, D, F, V, H = B * N, spec.d_model, spec.d_ff, spec.vocab_size, spec.n_heads
     a = 2
-    saved = _by_module(saved_for_backward(spec, WORKLOAD, torch.bfloat16, "none"))
+    saved = _by_module(saved_for_backward(spec, WORKLOAD, torch.bfloat16, "none", "eager"))
     rms_norm = t * D * a + t * 4  # input, fp32 rstd
     rotary = 2 * N * spec.d_head * a  # cos and sin, computed once per forward, shared by every layer
     expected = {}
@@ -151,6 +153,37 @@ def test_llama_with_grouped_query_attention_keeps_the_canonical_set():
         }
     expected |= {"final_norm": rms_norm, "head": t * D * a, "(loss)": t * V * 4 + 4}
     assert saved == {k: v for k, v in expected.items() if v}
+
+
+@pytest.mark.parametrize("make", [_gpt, _llama])
+def test_the_fused_kernel_keeps_q_k_v_its_output_and_a_logsumexp_per_row(make):
+    # torch SDPA on the CPU (and under FakeTensorMode): _scaled_dot_product_flash_attention_for_cpu keeps q, k, v
+    # (k and v at the key/value heads: enable_gqa=True, as transformers' sdpa path passes them), its output
+    # [B, H, N, dh] and the logsumexp [B, H, N] in fp32 for backward; no N x N tensor
+    spec = make()
+    t, H, dh = B * N, spec.n_heads, spec.d_head
+    a = 2
+    fused = saved_for_backward(spec, WORKLOAD, torch.bfloat16, "none", "fused")
+    eager = saved_for_backward(spec, WORKLOAD, torch.bfloat16, "none", "eager")
+    for i in range(spec.n_layers):
+        core = sorted((s.shape, s.dtype) for s in fused if s.module == f"blocks.{i}.attention.core")
+        assert core == sorted([((B, H, N, dh), torch.bfloat16), ((B, spec.n_kv_heads, N, dh), torch.bfloat16),
+                               ((B, spec.n_kv_heads, N, dh), torch.bfloat16), ((B, H, N, dh), torch.bfloat16),
+                               ((B, H, N), torch.float32)])
+    qkv = (t * spec.d_attn + 2 * t * spec.d_kv) * a
+    fused, eager = _by_module(fused), _by_module(eager)
+    assert fused.pop("blocks.0.attention.core") == qkv + t * spec.d_attn * a + B * H * N * 4
+    assert eager.pop("blocks.0.attention.core") == qkv + B * H * N * N * a  # the probabilities instead
+    # every other module keeps the same
+    assert {k: v for k, v in fused.items() if ".core" not in k} == {k: v for k, v in eager.items() if ".core" not in k}
+
+
+def test_fused_attention_the_reference_cannot_run_is_refused():
+    windowed = _llama().replace(sliding_window=8)
+    with pytest.raises(TfcalcError, match="sliding windows"):
+        saved_for_backward(windowed, WORKLOAD, torch.bfloat16, "none", "fused")
+    with pytest.raises(TfcalcError, match="attention='flash': expected one of fused, eager"):
+        measure_training_memory(_gpt(), WORKLOAD, attention="flash")
 
 
 def test_full_recomputation_keeps_each_blocks_input():

@@ -760,6 +760,10 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                   "With --memory: adamw (default) or sgd (adam8bit cannot be measured)."))] = None,
               recompute: Annotated[Optional[str], _training_opt("--recompute", (
                   "With --memory: none (default), selective or full."))] = None,
+              attention: Annotated[Optional[str], _training_opt("--attention", (
+                  "With --memory: fused (default: torch's scaled_dot_product_attention, which keeps q, k, v, its "
+                  "output and a logsumexp per row) or eager (two matmuls and a softmax: its probabilities kept)."))]
+              = None,
               no_transformers: Annotated[bool, typer.Option("--no-transformers", help=(
                   "With --hf-config: skip the check against transformers' own model class built from the "
                   "config."))] = False,
@@ -772,8 +776,8 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
     With a context (prefill, decode) the model keeps a KV cache. Exit code 0 when every row matches, 1 on a
     mismatch, 2 on bad input."""
-    given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute))
-             if v is not None]
+    given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute),
+                                   ("attention", attention)) if v is not None]
     tuned = adapters(lora_rank, lora_targets, dora)
     if tuned is not None:
         given.append(f"--lora-rank={lora_rank}")
@@ -787,7 +791,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                           "tokens for now (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
-                      recompute, fmt, as_json, tuned)
+                      recompute, fmt, as_json, tuned, attention)
         return
     import_torch("tfcalc check")
     from .verify import check
@@ -845,15 +849,16 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
 
 def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer, recompute,
-                  fmt, as_json, tuned=None) -> None:
-    from .plan.training import OPTIMIZERS, PRECISIONS, RECOMPUTE
+                  fmt, as_json, tuned=None, attention=None) -> None:
+    from .plan.training import ATTENTION, OPTIMIZERS, PRECISIONS, RECOMPUTE
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
     _tokens_only(model_spec, "check --memory")
     workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
     precision, optimizer, recompute = precision or "bf16-mixed", optimizer or "adamw", recompute or "none"
+    attention = attention or "fused"
     for name, value, allowed in (("precision", precision, PRECISIONS), ("optimizer", optimizer, OPTIMIZERS),
-                                 ("recompute", recompute, RECOMPUTE)):
+                                 ("recompute", recompute, RECOMPUTE), ("attention", attention, ATTENTION)):
         if value not in allowed:
             raise TfcalcError(f"{name}={value!r}: expected one of {', '.join(allowed)}")
     if optimizer == "adam8bit":
@@ -868,8 +873,15 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
 
     if device.split(":")[0] not in DEVICES:
         raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (or cuda:N)")
+    if attention == "fused":
+        from .verify.memory import fused_problem
+
+        problem = fused_problem(model_spec)
+        if problem:
+            raise TfcalcError(f"--attention fused: {model_spec.label} cannot be measured with torch's fused kernel "
+                              f"here: {problem}; measure it with --attention eager")
     with _progress(f"measuring a train step with MemTracker on {device} ..."):
-        report = check_memory(model_spec, workload, precision, optimizer, recompute, device, tuned)
+        report = check_memory(model_spec, workload, precision, optimizer, recompute, device, attention, tuned)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(report.to_dict()))
@@ -1053,8 +1065,11 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                optimizer: Annotated[Optional[str], _training_opt("--optimizer", (
                    "adamw (default), sgd (with momentum), adam8bit (bitsandbytes)."))] = None,
                recompute: Annotated[Optional[str], _training_opt("--recompute", (
-                   "none (default: eager attention keeps its probabilities), selective (attention cores "
-                   "recomputed; what FlashAttention keeps), full (each block's input only)."))] = None,
+                   "none (default), selective (attention cores recomputed in backward: eager drops its "
+                   "probabilities, fused its output and logsumexp), full (each block's input only)."))] = None,
+               attention: Annotated[Optional[str], _training_opt("--attention", (
+                   "fused (default: FlashAttention, torch SDPA: q, k, v, the output and an fp32 logsumexp per row "
+                   "kept, no N x N tensor) or eager (two matmuls and a softmax: its probabilities kept)."))] = None,
                dp: Annotated[Optional[int], _training_opt("--dp", "Data-parallel GPUs (default 1).",
                                                           parser=_one, metavar="N")] = None,
                zero: Annotated[Optional[int], _training_opt("--zero", (
@@ -1100,14 +1115,15 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     the KV cache. Lists or ranges (--batch-size 1,8,64, --context 1k..128kx2) give one row per point."""
     from .sweep import order, plan_row
 
-    _single(dtype=dtype, kv_dtype=kv_dtype, gpu=gpu, precision=precision, optimizer=optimizer, recompute=recompute)
+    _single(dtype=dtype, kv_dtype=kv_dtype, gpu=gpu, precision=precision, optimizer=optimizer, recompute=recompute,
+            attention=attention)
     engine = {"--gpu-memory-utilization": gpu_memory_utilization, "--block-size": block_size,
               "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs,
               "--non-torch-gib": non_torch_gib, "--activation-gib": activation_gib}
     if serve or any(v is not None for v in engine.values()):
-        training = {"--precision": precision, "--optimizer": optimizer, "--recompute": recompute, "--dp": dp,
-                    "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep, "--cp": cp, "--plot": plot,
-                    "--phase": phase, "--src-len": src_len, "--tgt-len": tgt_len,
+        training = {"--precision": precision, "--optimizer": optimizer, "--recompute": recompute,
+                    "--attention": attention, "--dp": dp, "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep,
+                    "--cp": cp, "--plot": plot, "--phase": phase, "--src-len": src_len, "--tgt-len": tgt_len,
                     "--batch-size": overrides.get("batch_size")}
         return _serve_capacity(overrides, axes, preset, spec, hf_config, context, dtype, kv_dtype, gpu, tp,
                                bool(serve), engine, training, fmt, as_json)
@@ -1123,7 +1139,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
                                       ("ep", ep), ("cp", cp)) if v is not None}
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
-                                            ("recompute", recompute)) if v is not None]
+                                            ("recompute", recompute), ("attention", attention)) if v is not None]
     training_flags += [f"--{k}" for k in layout_flags]
     tuned = adapters(lora_rank, lora_targets, dora)
     if tuned is not None:
@@ -1167,7 +1183,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
             workload = workload_for(p.spec, "train", None, src, tgt, p.overrides.get("seq_len"))
             return training_memory(p.spec, workload, precision or "bf16-mixed", optimizer or "adamw",
                                    recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags,
-                                   adapters=tuned)
+                                   adapters=tuned, attention=attention or "fused")
         from .plan.memory import inference_memory
 
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))

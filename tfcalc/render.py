@@ -438,7 +438,8 @@ def training_memory_table(m) -> Table:
         rows.append(["FP8 weight copies", "rowwise + transposed", exact(m.fp8_weights), binary_bytes(m.fp8_weights)])
     if m.fp8_scaling:
         rows.append(["FP8 scaling state", "scales, amax history", exact(m.fp8_scaling), binary_bytes(m.fp8_scaling)])
-    what = f"recompute {m.recompute}" + (f", {s.microbatches} microbatches" if s.microbatches > 1 else "")
+    what = (f"{m.attention} attention, recompute {m.recompute}"
+            + (f", {s.microbatches} microbatches" if s.microbatches > 1 else ""))
     rows.append(["activations", what, exact(m.activations), binary_bytes(m.activations)])
     for name, value in s.activation_components.items():
         value *= s.microbatches
@@ -456,9 +457,12 @@ def training_memory_table(m) -> Table:
                      "none up to 65,536 GPUs" if small is None else exact(small.peak),
                      "" if small is None else binary_bytes(small.peak)])
     stage = f"; stage {s.stage + 1} of {lay.pp} (the largest)" if lay.pp > 1 else ""
+    kernel = ("fused attention (FlashAttention, torch SDPA) keeps q, k, v, its output and an fp32 logsumexp per row"
+              if m.attention == "fused" else "eager attention keeps its softmax probabilities")
+    why = f" Smallest layout: {m.smallest.reason}." if m.capacity_bytes is not None and m.smallest else ""
     caption = (f"per GPU, {lay.describe()}{stage}; micro batch B={w.batch_size} of {w.seq_len:,} tokens. "
-               "Activations are what each op keeps for backward, no dropout; peak adds the backward's and the "
-               "step's transients (docs/planning.md).")
+               f"Activations are what each op keeps for backward, no dropout ({kernel}); peak adds the backward's "
+               f"and the step's transients (docs/planning.md).{why}")
     if m.adapters is not None:
         caption += (f" {m.adapters.describe()} on the frozen model: gradients, optimizer states and master weights "
                     "for the adapters alone; a frozen linear keeps no input (docs/finetuning.md).")
@@ -979,7 +983,8 @@ def memory_check_table(report) -> Table:
         rows.append([r.category, exact(r.analytic), exact(r.measured), _mark(r.match),
                      f"{r.difference:+,}" if r.difference else "0",
                      "" if r.measured == 0 else f"{r.relative:+.3%}", within, r.note])
-    caption = (f"{report.precision}, {report.optimizer}, recompute {report.recompute}; MemTracker "
+    caption = (f"{report.precision}, {report.optimizer}, recompute {report.recompute}, {report.attention} "
+               "attention; MemTracker "
                f"(torch.distributed._tools.mem_tracker) on the reference model's second train step, "
                f"{report.device}; difference = measured - analytic.")
     return Table("Training memory: analytic | measured", ["category", "analytic", "measured", "", "difference",
@@ -1195,7 +1200,8 @@ def memory_sweep_table(pairs, axes: list[str]) -> Table:
     m0 = plans[0]
     if training:
         caption = (f"bytes per GPU of the worst pipeline stage; {m0.precision}, {m0.optimizer}, recompute "
-                   f"{m0.recompute}, {m0.layout.describe()}. Peak adds the backward's and the step's transients.")
+                   f"{m0.recompute}, {m0.attention} attention, {m0.layout.describe()}. Peak adds the backward's and the "
+                   "step's transients.")
     else:
         quant = getattr(m0, "quant", None)
         weights = m0.dtype if quant is None else f"{quant.name} (rest {m0.dtype})"
