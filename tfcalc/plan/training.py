@@ -793,8 +793,9 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
     fields in `fixed` as given. Searched: tp 1-8 (one node), pp and dp powers of two, ZeRO 0-3, ep powers of two
     dividing n_experts. Among the layouts with the fewest GPUs the simplest wins (`_simplest`): plain data
     parallel, then ZeRO-1, 2, 3 (FSDP), then tensor parallel, then pipeline stages. Context parallelism (powers of
-    two up to MAX_CP) and sequence parallelism are searched only when nothing fits without them (a long context).
-    The plan's `reason` says why this layout. None when nothing up to 65,536 GPUs fits."""
+    two up to MAX_CP dividing the length) and sequence parallelism are the last resort: searched only when nothing
+    fits without them (a long context). The plan's `reason` says why this layout. None when nothing up to 65,536
+    GPUs fits."""
     recipe = PRECISIONS[precision]
     caches: dict = {"adapters": adapters}
     best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches,
@@ -816,9 +817,9 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
 
 
 def _simplest(layout: Layout) -> tuple:
-    """The search's order among layouts with as many GPUs: no context parallelism first, then no pipeline, then
-    the least tensor parallelism, the least expert parallelism, the lowest ZeRO stage (plain data parallel first),
-    sequence parallelism off."""
+    """The search's order among layouts with as many GPUs: the least context parallelism first, then no pipeline,
+    then the least tensor parallelism, the least expert parallelism, the lowest ZeRO stage (plain data parallel
+    first), sequence parallelism off."""
     return layout.gpus, layout.cp, layout.pp, layout.tp, layout.ep, layout.zero, int(layout.sp), layout.dp
 
 
@@ -826,10 +827,12 @@ def _reason(layout: Layout, fixed: dict, widened: bool) -> str:
     """Why the search chose `layout`: it has the fewest GPUs that fit, and each way it departs from plain data
     parallelism is there because the simpler layouts on as many GPUs do not fit (or the user fixed it)."""
     n = f"{layout.gpus:,} GPU" + ("s" if layout.gpus > 1 else "")
-    given = [f"{k} {fixed[k]}" for k in ("dp", "zero", "tp", "sp", "pp", "ep", "cp") if k in fixed]
+    given = [("sp" if fixed[k] else "no sp") if k == "sp" else f"{k} {fixed[k]}"
+             for k in ("dp", "zero", "tp", "sp", "pp", "ep", "cp") if k in fixed]
     why = []
     if widened and (layout.cp > 1 or layout.sp) and not ({"cp", "sp"} <= set(fixed)):
-        why.append("nothing fits without context or sequence parallelism")
+        searched = " or ".join(w for k, w in (("cp", "context"), ("sp", "sequence")) if k not in fixed)
+        why.append(f"nothing fits without {searched} parallelism")
     if layout.pp > 1 and "pp" not in fixed:
         why.append(f"no layout without pipeline stages fits on {n}")
     if layout.tp > 1 and "tp" not in fixed:
