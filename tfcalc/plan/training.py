@@ -20,10 +20,13 @@ Conventions, stated once (docs/planning.md has the derivations):
 - Activations are what each op keeps for its backward, in the activation dtype (fp32 for `fp32`, else 16-bit):
   a norm its input (and its fp32 statistics per row: mean and rstd, or rstd), a linear its input (a gate shares
   its up projection's), the attention core its q, k and v (k and v at the kv heads) and, with no recomputation,
-  the softmax probabilities (an eager attention; FlashAttention keeps none: that is `selective`), the MLP's
-  activation its input (gated: the gate's output, its activation and the up projection's output), the loss the
-  fp32 log-softmax of the logits. Token ids are inputs, not counted. No dropout (no spec has it).
-- `selective` recomputes the attention cores (Korthikanti et al. 2022): no probabilities kept. `full` keeps each
+  by `attention`: "fused" (default; FlashAttention, torch SDPA's flash and memory-efficient kernels) its output
+  and an fp32 logsumexp per (batch, head, query row), no N x N tensor; "eager" (two matmuls and a softmax) the
+  softmax probabilities. The MLP's activation its input (gated: the gate's output, its activation and the up
+  projection's output), the loss the fp32 log-softmax of the logits. Token ids are inputs, not counted. No
+  dropout (no spec has it).
+- `selective` recomputes the attention cores in backward (Korthikanti et al. 2022): eager keeps no
+  probabilities, fused neither its output nor its logsumexp (one core's come back in backward). `full` keeps each
   block's input and recomputes the block in backward (one block's activations come back at a time).
 - Parallelism (Megatron-LM): tensor parallel splits the attention heads, the MLP width, the vocabulary of the
   embedding and of the head (column-parallel linears split their outputs, row-parallel their inputs; norms,
