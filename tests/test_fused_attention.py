@@ -160,3 +160,18 @@ def test_cli_memory_attention_flag():
     assert r.exit_code == 2 and "--context: an inference flag; --attention plans a train step" in r.output
     r = runner.invoke(app, ["memory", "-p", "llama3-70b", "--attention", "eager", "--phase", "decode"])
     assert r.exit_code == 2 and "--attention: a training flag" in r.output
+
+
+def test_cli_train_attention_flag():
+    # the kernel changes the hardware FLOPs (a fused backward computes the scores again), not the model FLOPs
+    args = ["train", "-p", "gpt2", "--tokens", "1M", "--json"]
+    fused = json.loads(runner.invoke(app, args).output)
+    eager = json.loads(runner.invoke(app, [*args, "--attention", "eager"]).output)
+    assert (fused["attention"], eager["attention"]) == ("fused", "eager")
+    assert fused["flops"] == eager["flops"] and fused["hardware_flops"] > eager["hardware_flops"]
+    for extra, message in ((["--attention", "flash"], "attention='flash': expected one of fused, eager"),
+                           (["--flops-budget", "1e21", "--attention", "eager"], "--attention eager: with "
+                                                                                 "--flops-budget")):
+        r = runner.invoke(app, ["train", "-p", "gpt2", *([] if "--flops-budget" in extra else ["--tokens", "1M"]),
+                                *extra])
+        assert r.exit_code == 2 and message in r.output and r.output.count("\n") == 1, (extra, r.output)

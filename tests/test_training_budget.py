@@ -31,15 +31,33 @@ def gpt(l: int, h: int, s: int, V: int) -> ModelSpec:
 @pytest.mark.parametrize("l, h, s, V", [(24, 2048, 2048, 51200), (96, 12288, 2048, 51200), (2, 64, 16, 100)])
 def test_megatron_lm_flops_per_iteration(l, h, s, V):
     # Narayanan et al. 2021 (Efficient Large-Scale Language Model Training on GPU Clusters), sec. 5.1:
-    # with full recomputation 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration; without, 72 (.. + V/12lh)
+    # with full recomputation 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration; without, 72 (.. + V/12lh).
+    # Their backward is eager attention's (4 matmuls of the core; a fused kernel's has a fifth, the scores again)
     B = 1
-    full = training_budget(gpt(l, h, s, V), B * s, recompute="full")
+    full = training_budget(gpt(l, h, s, V), B * s, recompute="full", attention="eager")
     assert full.hardware_flops == 96 * B * s * l * h**2 + 16 * B * s**2 * l * h + 6 * B * s * h * V
     assert full.hardware_flops == 96 * B * s * l * h**2 * (1 + Fraction(s, 6 * h) + Fraction(V, 16 * l * h))
-    plain = training_budget(gpt(l, h, s, V), B * s)
+    plain = training_budget(gpt(l, h, s, V), B * s, attention="eager")
     assert plain.flops == plain.hardware_flops == 72 * B * s * l * h**2 * (1 + Fraction(s, 6 * h)
                                                                           + Fraction(V, 12 * l * h))
     assert full.flops == plain.flops  # recomputation is hardware work, not model work
+    # fused: the scores q k^T once more per layer in backward, 2 B s^2 h (the a heads of h/a: 2 s (h/a) s each)
+    fused = training_budget(gpt(l, h, s, V), B * s)
+    assert fused.hardware_flops - plain.hardware_flops == l * 2 * B * s * s * h and fused.flops == plain.flops
+
+
+def test_the_fused_kernels_backward_is_torchs_sdpa_backward_formula():
+    # torch's FlopCounterMode formulas for the fused kernels (flash, efficient): sdpa_flop_count is the forward's
+    # 2 matmuls, sdpa_backward_flop_count the backward's 5 (dP, dV, dQ, dK and the scores again). Per layer the
+    # backward is 2 x forward + the scores: the hardware FLOPs fused adds over eager. (On the CPU, FlopCounterMode
+    # has no formula for _scaled_dot_product_flash_attention_for_cpu: the formulas are held here, not a trace.)
+    flop_counter = pytest.importorskip("torch.utils.flop_counter")
+    spec = load_preset("gpt2").replace(n_layers=2, d_model=64, n_heads=4, vocab_size=100, seq_len=32)
+    q = k = v = (1, 4, 32, 16)  # [B, H, N, d_head]
+    per_layer = flop_counter.sdpa_backward_flop_count(q, q, k, v) - 2 * flop_counter.sdpa_flop_count(q, k, v)
+    fused, eager = training_budget(spec, 32), training_budget(spec, 32, attention="eager")
+    assert fused.hardware_flops - eager.hardware_flops == spec.n_layers * per_layer == 2 * 2 * 4 * 32 * 16 * 32
+    assert fused.flops == eager.flops  # model FLOPs: the same matmuls either way
 
 
 def test_selective_recompute_adds_the_attention_cores_only():
@@ -47,6 +65,9 @@ def test_selective_recompute_adds_the_attention_cores_only():
     plain, selective = training_budget(spec, 1024), training_budget(spec, 1024, recompute="selective")
     f = count(spec).flops.components
     assert selective.hardware_flops - plain.hardware_flops == f["attention/scores"] + f["attention/values"]
+    eager = [training_budget(spec, 1024, r, attention="eager") for r in ("none", "selective")]
+    assert eager[1].hardware_flops - eager[0].hardware_flops == f["attention/scores"] + f["attention/values"]
+    assert plain.hardware_flops - eager[0].hardware_flops == f["attention/scores"]  # the fused backward's fifth
 
 
 @pytest.mark.parametrize("preset", ["albert-base-v2", "gemma4-e2b"])

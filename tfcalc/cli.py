@@ -1442,6 +1442,9 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                                                                              "cost.")] = None,
               recompute: Annotated[Optional[str], typer.Option("--recompute", show_default=False, help=(
                   "none (default), selective (attention cores) or full (every block)."))] = None,
+              attention: Annotated[Optional[str], typer.Option("--attention", show_default=False, help=(
+                  "fused (default: FlashAttention, torch SDPA; its backward computes the scores again: hardware "
+                  "FLOPs) or eager (two matmuls and a softmax)."))] = None,
               tokens_per_second: Annotated[Optional[float], typer.Option("--tokens-per-second", help=(
                   "A measured run's throughput, all GPUs together: its MFU."))] = None,
               flops_budget: Annotated[Optional[float], typer.Option("--flops-budget", parser=_flops, metavar="C",
@@ -1474,10 +1477,14 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             raise TfcalcError(f"{flag} {value}: expected a positive, finite number")
     if mfu is not None and mfu < 1e-6:
         raise TfcalcError(f"--mfu {mfu}: expected a fraction of the peak from 0.000001 to 1 (0.4 for 40%)")
+    _single(attention=attention)
     if flops_budget is not None:
         if tokens is not None:
             raise TfcalcError(f"--flops-budget {flops_budget:g} and --tokens {tokens}: give one (the budget "
                               "decides the tokens)")
+        if attention is not None:
+            raise TfcalcError(f"--attention {attention}: with --flops-budget the model FLOPs decide the tokens; the "
+                              "attention kernel changes only the hardware FLOPs (give --tokens D)")
         if given:  # a flag typed is used or refused
             raise TfcalcError(f"--flops-budget gives the compute-optimal size and the tokens it buys; "
                               f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used there (time and cost: "
@@ -1521,9 +1528,10 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     if (mfu is not None or tokens_per_second is not None) and (gpus is None or gpu is None):
         missing = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu)) if value is None]
         raise TfcalcError(f"--mfu and --tokens-per-second need {' and '.join(missing)}")
+    attention = attention or "fused"
     budget = None if tokens is None else training_budget(model_spec, tokens, recompute, gpus, card and card.name,
-                                                         peak, mfu, price, tuned, dtype, precision)
-    run = (mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute, tuned, dtype, precision)
+                                                         peak, mfu, price, tuned, dtype, precision, attention)
+    run = (mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute, tuned, dtype, precision, attention)
            if tokens_per_second else None)
     fmt = Format.json if as_json else fmt
     data = {"spec": model_spec.model_dump(), **(budget.to_dict() if budget else {}), **({"run": run} if run else {}),

@@ -498,7 +498,8 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
             ["FLOPs, attention over every pair", exact(b.flops), sci(b.flops)],
             ["FLOPs, causal attention", exact(b.flops_causal), sci(b.flops_causal)],
             ["6ND (N = active parameters)", exact(b.six_nd), sci(b.six_nd)],
-            [f"hardware FLOPs (recompute {b.recompute})", exact(b.hardware_flops), sci(b.hardware_flops)]]
+            [f"hardware FLOPs (recompute {b.recompute}, {b.attention} attention)", exact(b.hardware_flops),
+             sci(b.hardware_flops)]]
     if b is not None and b.seconds is not None:
         rows += [[f"peak per GPU, dense {b.peak_dtype or 'bf16'}" + (f" ({b.precision})" if b.precision else ""),
                   exact(b.peak_flops_per_s), sci(b.peak_flops_per_s)],
@@ -515,7 +516,8 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
                   exact(run["peak_flops_per_s"]), sci(run["peak_flops_per_s"])],
                  [f"MFU (every pair{at})", pct(Fraction(run["mfu"])), ""],
                  [f"MFU (causal attention{at})", pct(Fraction(run["mfu_causal"])), ""],
-                 [f"HFU (recompute {run['recompute']}{at})", pct(Fraction(run["hfu"])), ""]]
+                 [f"HFU (recompute {run['recompute']}, {run['attention']} attention{at})", pct(Fraction(run["hfu"])),
+                  ""]]
     if b is None:
         return Table("MFU of a run", ["figure", "exact", "readable"], rows,
                      f"model FLOPs per token ({step}) x tokens/s over the GPUs' dense datasheet peak",

@@ -657,6 +657,12 @@ class AttentionCore(Record):
     def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
         return self.saved(a, recompute, par) if grad else {}
 
+    def backward_recompute(self) -> int:
+        """FLOPs a fused kernel's backward (FlashAttention, torch SDPA) spends computing the scores q k^T again
+        from the q, k and v it kept: its fifth matmul, beside the four of the gradients (torch's
+        `sdpa_backward_flop`)."""
+        return self.b * self.h * matmul(self.s_q, self.d_qk, self.s_k)
+
     def scores(self) -> int:
         return self.b * self.h * self.s_q * self.s_k
 

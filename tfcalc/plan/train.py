@@ -11,7 +11,9 @@ Conventions, stated once:
   gradients). With recomputation the forward runs again during backward: `full` recomputes every block (the
   embeddings and the head are not recomputed: Megatron-LM's convention), `selective` only the attention cores
   (Korthikanti et al. 2022). The model FLOPs (MFU's numerator) never include recomputation; the hardware FLOPs
-  (HFU's) do.
+  (HFU's) do. A fused attention kernel (FlashAttention, torch SDPA; `attention="fused"`, the default) computes the
+  scores q k^T again in its backward (5 matmuls of the core where eager's backward has 4: torch's
+  `sdpa_backward_flop` counts the same): hardware FLOPs, once per core per step.
 - `flops` uses attention over every (query, key) pair, what an eager model computes; `flops_causal` counts the
   pairs a causal mask keeps, what a FlashAttention kernel computes. MFU is reported on both.
 - FLOPs per token are those of a train step on sequences of the spec's seq_len (exact fractions; integers for
@@ -37,6 +39,7 @@ from ..spec import ModelSpec
 from .gpus import Gpu
 
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class TrainingBudget:
     price_per_gpu_hour: Fraction | None = None
     peak_dtype: str | None = None  # the dtype of peak_flops_per_s (fp8 for an FP8 recipe)
     precision: str | None = None  # the training recipe, when given
+    attention: str = "fused"
 
     @property
     def flops(self) -> int:
@@ -97,6 +101,7 @@ class TrainingBudget:
 
         return {
             "tokens": self.tokens, "seq_len": self.spec.seq_len, "recompute": self.recompute,
+            "attention": self.attention,
             "flops": self.flops, "flops_causal": self.flops_causal, "hardware_flops": self.hardware_flops,
             "flops_per_token": exact(self.flops_per_token),
             "flops_per_token_causal": exact(self.flops_per_token_causal),
@@ -123,12 +128,14 @@ def _whole(q: Fraction) -> int:
 def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus: int | None = None,
                     gpu_name: str | None = None, peak_flops_per_s: int | None = None, mfu: float | None = None,
                     price_per_gpu_hour: float | None = None, adapters=None, peak_dtype: str | None = None,
-                    precision: str | None = None) -> TrainingBudget:
+                    precision: str | None = None, attention: str = "fused") -> TrainingBudget:
     """The FLOPs of training `spec` on `tokens` tokens (in sequences of spec.seq_len), and with `gpus`, a peak and
     an MFU, the time (and with a price, the cost). With `adapters` (`tfcalc.Adapters`): fine-tuning them on the
-    frozen model."""
+    frozen model. `attention`: "fused" or "eager", the attention kernel (its backward's matmuls: hardware FLOPs
+    only)."""
     if recompute not in RECOMPUTE:
         raise TfcalcError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
+    _check_attention(attention)
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         raise TfcalcError(f"tokens={tokens!r}: expected a positive integer")
     for field, value in (("gpus", gpus), ("mfu", mfu), ("price_per_gpu_hour", price_per_gpu_hour)):
@@ -140,14 +147,20 @@ def training_budget(spec: ModelSpec, tokens: int, recompute: str = "none", gpus:
         raise TfcalcError(f"gpu_name={gpu_name!r}: expected a string (or None)")
     if mfu is not None and mfu > 1:
         raise TfcalcError(f"mfu={mfu!r}: expected a fraction of the peak, at most 1 (0.4 for 40%)")
-    per_token, per_token_causal, hardware, active = _per_token(spec, recompute, adapters)
+    per_token, per_token_causal, hardware, active = _per_token(spec, recompute, adapters, attention)
     return TrainingBudget(spec, tokens, recompute, per_token, per_token_causal, hardware,
                           active, gpus, gpu_name, peak_flops_per_s,
                           None if mfu is None else Fraction(mfu), None if price_per_gpu_hour is None
-                          else Fraction(price_per_gpu_hour), peak_dtype, precision)
+                          else Fraction(price_per_gpu_hour), peak_dtype, precision, attention)
 
 
-def _per_token(spec: ModelSpec, recompute: str, adapters=None) -> tuple[Fraction, Fraction, Fraction, int]:
+def _check_attention(attention: str) -> None:
+    if attention not in ATTENTION:
+        raise TfcalcError(f"attention={attention!r}: expected one of {', '.join(ATTENTION)}")
+
+
+def _per_token(spec: ModelSpec, recompute: str, adapters=None,
+               attention: str = "fused") -> tuple[Fraction, Fraction, Fraction, int]:
     """(model FLOPs, model FLOPs with causal attention, hardware FLOPs) per token of a train step of one sequence,
     and the active parameters: read off one count. With `adapters`, a fine-tuning step's (count's `finetune`:
     frozen linears' backward 1 x their forward, adapters' and attention cores' 2 x)."""
@@ -164,12 +177,14 @@ def _per_token(spec: ModelSpec, recompute: str, adapters=None) -> tuple[Fraction
         again = sum(repeat * sum(op.forward().values()) for op, repeat in r.inventory if op.role == "core")
     else:
         again = 0
+    if attention == "fused":  # the kernel's backward computes each core's scores again
+        again += sum(repeat * op.backward_recompute() for op, repeat in r.inventory if op.role == "core")
     return Fraction(model, tokens), Fraction(model_causal, tokens), Fraction(model + again, tokens), r.params.active
 
 
 def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s: int,
                recompute: str = "none", adapters=None, peak_dtype: str | None = None,
-               precision: str | None = None) -> dict:
+               precision: str | None = None, attention: str = "fused") -> dict:
     """The MFU (and HFU) of a measured run: model FLOPs per token x tokens/s over the GPUs' peak (with `adapters`,
     a fine-tuning run's step FLOPs)."""
     if not _positive(tokens_per_s):
@@ -178,7 +193,8 @@ def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s
         raise TfcalcError(f"gpus={gpus!r}: expected a positive number")
     check_positive_int("gpus", gpus)
     check_positive_int("peak_flops_per_s", peak_flops_per_s)
-    per_token, per_token_causal, hardware, _ = _per_token(spec, recompute, adapters)
+    _check_attention(attention)
+    per_token, per_token_causal, hardware, _ = _per_token(spec, recompute, adapters, attention)
     peak = gpus * peak_flops_per_s
     if not math.isfinite(float(hardware) * tokens_per_s / peak):
         raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: its MFU is not a finite number ({gpus} GPUs of "
@@ -186,7 +202,7 @@ def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s
     return {"tokens_per_second": tokens_per_s, "gpus": gpus, "peak_flops_per_s": peak_flops_per_s,
             "mfu": float(per_token) * tokens_per_s / peak, "mfu_causal": float(per_token_causal) * tokens_per_s / peak,
             "hfu": float(hardware) * tokens_per_s / peak, "recompute": recompute, "peak_dtype": peak_dtype,
-            "precision": precision}
+            "precision": precision, "attention": attention}
 
 
 PEAK_DTYPE = {"fp32": "fp32", "fp16-mixed": "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}  # else: an FP8 recipe
