@@ -16,9 +16,9 @@ runner = CliRunner()
 H100 = 80 * 2**30  # bytes (the H100 SXM's 80 GB are GiB: 85,899,345,920 B, tfcalc gpus)
 
 
-def gpt(l: int = 2, h: int = 256, a: int = 4, s: int = 128, V: int = 1000, **kw) -> ModelSpec:
+def gpt(layers: int = 2, h: int = 256, a: int = 4, s: int = 128, V: int = 1000, **kw) -> ModelSpec:
     # a GPT block as Korthikanti et al. model it: MHA, 4h MLP with GeLU, LayerNorm, learned positions
-    return ModelSpec(n_layers=l, d_model=h, n_heads=a, vocab_size=V, seq_len=s, max_positions=s, **kw)
+    return ModelSpec(n_layers=layers, d_model=h, n_heads=a, vocab_size=V, seq_len=s, max_positions=s, **kw)
 
 
 def cores(m) -> int:

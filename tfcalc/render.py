@@ -1202,8 +1202,8 @@ def memory_sweep_table(pairs, axes: list[str]) -> Table:
     m0 = plans[0]
     if training:
         caption = (f"bytes per GPU of the worst pipeline stage; {m0.precision}, {m0.optimizer}, recompute "
-                   f"{m0.recompute}, {m0.attention} attention, {m0.layout.describe()}. Peak adds the backward's and the "
-                   "step's transients.")
+                   f"{m0.recompute}, {m0.attention} attention, {m0.layout.describe()}. Peak adds the backward's and "
+                   "the step's transients.")
     else:
         quant = getattr(m0, "quant", None)
         weights = m0.dtype if quant is None else f"{quant.name} (rest {m0.dtype})"

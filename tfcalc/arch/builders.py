@@ -110,7 +110,8 @@ class BlockKind:
       spec must be beside it; None: the kind reads only the spec's common fields.
     - `kept_once(ctx, recompute, attention)`, `kept_per_stage(ctx)`: what a stack with this kind keeps for
       backward once per step (attention: "fused" or "eager", how the cores run), whatever its depth (on its
-      embedding's pipeline stage; on every stage that holds some of its blocks), as (what, elements, bytes each; 0: the activation dtype's), for the training memory plan.
+      embedding's pipeline stage; on every stage that holds some of its blocks), as (what, elements, bytes each;
+      0: the activation dtype's), for the training memory plan.
     """
 
     name: str

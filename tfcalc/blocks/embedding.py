@@ -48,8 +48,8 @@ def shared_embedding(ctx: Ctx) -> list[Op]:
 def kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[str, int, int]]:
     """What a stack's embedding keeps once per step: learned positions' ids (int64; the lookup keeps its indices),
     T5's relative-position bucket ids (int64, s_q x s_k) and, when attention is recomputed or fused, the bias
-    itself (H x s_q x s_k: an input of every recomputed core or block, or of each fused kernel: SDPA's attn_mask), Gemma 4's per-layer inputs [T, L, P] (read by
-    every block, a slice each)."""
+    itself (H x s_q x s_k: an input of every recomputed core or block, or of each fused kernel: SDPA's
+    attn_mask), Gemma 4's per-layer inputs [T, L, P] (read by every block, a slice each)."""
     spec, s, name = ctx.spec, ctx.s, ctx.name
     kept: list[tuple[str, int, int]] = []
     if spec.positions == "learned":

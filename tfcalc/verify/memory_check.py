@@ -70,7 +70,8 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"spec": self.spec.model_dump(), "workload": self.workload.model_dump(),
                 "precision": self.precision, "optimizer": self.optimizer, "recompute": self.recompute,
-                "attention": self.attention, "device": self.device, "rows": [r.to_dict() for r in self.rows], "match": self.match,
+                "attention": self.attention, "device": self.device, "rows": [r.to_dict() for r in self.rows],
+                "match": self.match,
                 "seconds": self.seconds, "notes": list(self.notes)}
 
 

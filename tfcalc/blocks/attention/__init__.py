@@ -131,9 +131,9 @@ def _sinks(ctx: Ctx) -> list[Op]:
 
 def kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[str, int, int]]:
     """What a stack's attention keeps once per step: ALiBi's bias [H, s_q, s_k] when attention is recomputed or
-    fused (a constant, but an input of each recomputed core, or of each fused kernel: SDPA's attn_mask), and under full recomputation the keys and values the KV-sharing blocks read
-    (their last producer of each kind is recomputed, but the shared blocks' inputs are the forward's): one block's
-    of each kind (Gemma 4)."""
+    fused (a constant, but an input of each recomputed core, or of each fused kernel: SDPA's attn_mask), and under
+    full recomputation the keys and values the KV-sharing blocks read (their last producer of each kind is
+    recomputed, but the shared blocks' inputs are the forward's): one block's of each kind (Gemma 4)."""
     spec, s, name = ctx.spec, ctx.s, ctx.name
     kept: list[tuple[str, int, int]] = []
     if spec.positions == "alibi" and (recompute != "none" or attention == "fused"):
