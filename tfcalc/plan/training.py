@@ -663,8 +663,8 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
     Table 2): per layer sbh(34 + 5as/h) bytes (16-bit, with dropout), with tensor parallelism
     sbh(10 + 24/t + 5as/(ht)), with sequence parallelism sbh/t (34 + 5as/h); selective recomputation drops the
     5as/h term, and so does a fused attention kernel (it keeps no N x N tensor either); full keeps 2sbh (/t with
-    sequence parallelism). For the blocks on the stage, with its microbatches in flight. Only for blocks of self-attention and an MLP (no cross-attention; not a block_pattern's blocks
-    of one kind alone)."""
+    sequence parallelism). For the blocks on the stage, with its microbatches in flight. Only for blocks of
+    self-attention and an MLP (no cross-attention; not a block_pattern's blocks of one kind alone)."""
     if spec.is_encoder_decoder or any(not {"attention", "mlp"} <= {KINDS[name].family for name in layer.kinds}
                                       for stack in stacks(spec) for layer in stack.distinct()):
         return None
