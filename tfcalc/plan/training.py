@@ -673,13 +673,13 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
     sbh = Fraction(s * b * h)
     if attention == "fused":  # no N x N tensor kept: the paper's selective figure
         recompute = "selective" if recompute == "none" else recompute
-    attention = Fraction(5 * a_heads * s, h)
+    scores = Fraction(5 * a_heads * s, h)  # the 5as/h term: the softmax's output, its dropout mask and output
     if recompute == "full":
         per_layer = 2 * sbh / (t if sp else 1)
     elif sp:
-        per_layer = sbh / t * (34 + (attention if recompute == "none" else 0))
+        per_layer = sbh / t * (34 + (scores if recompute == "none" else 0))
     else:
-        per_layer = sbh * (10 + Fraction(24, t) + (attention / t if recompute == "none" else 0))
+        per_layer = sbh * (10 + Fraction(24, t) + (scores / t if recompute == "none" else 0))
     layers = sum(p.repeat for p in parts if p.block)
     return round(per_layer * layers * stage.microbatches)
 
