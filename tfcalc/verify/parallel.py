@@ -335,7 +335,9 @@ def tensor_parallel(model, mesh, sp: bool) -> None:
         attention = block.attention
         attention.n_heads //= tp  # the local heads each rank's q/k/v columns hold
         attention.n_kv_heads //= tp
-    top = {"embedding.token": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
+    # with sp the embedding's whole output (token rows plus positions) is split over the sequence after it, as
+    # Megatron scatters it into the sequence-parallel region
+    top = {"embedding.token": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
            "head": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)}
     if sp and model.final_norm is not None:
         top["final_norm"] = SequenceParallel()
@@ -343,6 +345,9 @@ def tensor_parallel(model, mesh, sp: bool) -> None:
     if tied:
         del top["head"]
     parallelize_module(model, mesh, top)
+    if sp:
+        rank = mesh.get_local_rank()
+        model.embedding.register_forward_hook(lambda module, args, out: out.chunk(tp, dim=1)[rank].contiguous())
     if tied:  # the head reads the sharded table: its logits sharded over the vocabulary
         from torch.distributed.tensor import DTensor
 
@@ -352,7 +357,9 @@ def tensor_parallel(model, mesh, sp: bool) -> None:
 
         def head_forward(module, args):
             x = args[0]
-            x = DTensor.from_local(x, mesh, (seq,), run_check=False).redistribute(mesh, (Replicate(),))
+            if not isinstance(x, DTensor):
+                x = DTensor.from_local(x, mesh, (seq,), run_check=False)
+            x = x.redistribute(mesh, (Replicate(),))
             return (x,)
 
         head.register_forward_pre_hook(head_forward)
