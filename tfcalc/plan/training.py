@@ -303,6 +303,8 @@ class StageMemory:
     transient: int  # the backward's largest extra at once (estimate)
     transient_step: int  # the end of backward's (a tied table's gradients summed) or the step's extra
     tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
+    # ZeRO-1 (torch's partition of whole tensors): each data-parallel rank's states, rank 0 first; () otherwise
+    rank_states: tuple[ModelStates, ...] = ()
 
     @property
     def peak(self) -> int:
@@ -432,9 +434,20 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     expert = sum(n * r for n, e, r in weights_numel if e)
     counter = STEP_COUNTER if optimizer == "adamw" else 0
     raw = [ModelStates(n * recipe.weights, n * recipe.grads,
-                       sum((state_bytes(size, optimizer, recipe) + counter) * r for size, e, r in weights_numel
+                       sum(state_bytes(size, optimizer, recipe) * r for size, e, r in weights_numel
                            if e == is_expert), n * recipe.master)
            for n, is_expert in ((dense, False), (expert, True))]
+    # torch's own conventions beside the sharded figures (_Raw): AdamW's step counters are one per parameter
+    # tensor on every rank that steps it (ZeRO-3/FSDP2 shards each tensor: every rank keeps all its counters);
+    # DTensor's vocab-parallel token table gets its gradient whole (an untied table; a tied one is the head's,
+    # sharded by the column-parallel head)
+    token = next((op for part in parts for op in part.ops if op.role == "token"), None)
+    head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
+    untied = token is not None and not (head_op is not None and head_op.weights == 0)
+    table_grad = (token.rows - _ceil(token.rows, layout.tp)) * token.dim * recipe.grads if untied else 0
+    dense_sizes = tuple(size for size, e, r in weights_numel if not e for _ in range(r))
+    expert_tensors = sum(r for _, e, r in weights_numel if e)
+    raw = _Raw(raw, counter, dense_sizes, expert_tensors, table_grad, optimizer, recipe)
     states = _sharded(raw, layout)
     microbatches = pp - index
     activations = sum(per_mb.values()) * microbatches
@@ -452,15 +465,68 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     return stage, raw, 2 * gather
 
 
-def _sharded(raw: list[ModelStates], layout: Layout) -> ModelStates:
+@dataclass(frozen=True)
+class _Raw:
+    """A stage's states before ZeRO: the dense and the experts' ModelStates (optimizer states without AdamW's step
+    counters), the counter's bytes per tensor, the dense tensors' sizes (this GPU's share of each, one entry per
+    tensor), and the vocab-parallel table's gradient beyond its shard."""
+
+    states: list[ModelStates]
+    counter: int
+    dense_sizes: tuple[int, ...]
+    expert_tensors: int
+    table_grad: int
+    optimizer: str
+    recipe: Recipe
+
+
+def zero1_partition(sizes: tuple[int, ...], dp: int) -> list[list[int]]:
+    """torch's ZeroRedundancyOptimizer partition: whole tensors, largest first, each to the rank holding the fewest
+    values so far (the lowest rank on a tie)."""
+    ranks: list[list[int]] = [[] for _ in range(dp)]
+    totals = [0] * dp
+    for size in sorted(sizes, reverse=True):
+        r = totals.index(min(totals))
+        ranks[r].append(size)
+        totals[r] += size
+    return ranks
+
+
+def _zero1_rank(raw: _Raw, sizes: list[int]) -> tuple[int, int, int]:
+    """(optimizer states, step counters, master weights) of one ZeRO-1 rank holding whole tensors of `sizes`."""
+    return (sum(state_bytes(n, raw.optimizer, raw.recipe) for n in sizes), raw.counter * len(sizes),
+            sum(sizes) * raw.recipe.master)
+
+
+def zero1_ranks(raw: _Raw, dp: int) -> list[tuple[int, int, int]]:
+    return [_zero1_rank(raw, sizes) for sizes in zero1_partition(raw.dense_sizes, dp)]
+
+
+def _rank_states(raw: _Raw, layout: Layout) -> tuple[ModelStates, ...]:
+    """Under ZeRO-1 of a dense model, every data-parallel rank's states (they differ: whole tensors each)."""
+    shard = layout.dp * layout.cp
+    if layout.zero != 1 or shard == 1 or raw.states[1].weights:
+        return ()
+    whole = _sharded(raw, replace(layout, zero=0))
+    return tuple(replace(whole, optimizer_states=o + c, master_weights=m) for o, c, m in zero1_ranks(raw, shard))
+
+
+def _sharded(raw: _Raw, layout: Layout) -> ModelStates:
     """The dense and the experts' states (unsharded) on one GPU of `layout`: ZeRO over dp x cp, the experts' over
-    dp x cp / ep."""
+    dp x cp / ep. ZeRO-1 without experts gives whole tensors to ranks as torch's ZeroRedundancyOptimizer does
+    (the rank with the most optimizer bytes is reported); AdamW's step counters are never split."""
     shard = layout.dp * layout.cp
     (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, layout.zero, n)
-                        for r, n in zip(raw, (shard, shard // layout.ep)))
-    return ModelStates(dense.weights + experts.weights, dense.gradients + experts.gradients,
-                       dense.optimizer_states + experts.optimizer_states,
+                        for r, n in zip(raw.states, (shard, shard // layout.ep)))
+    counters = raw.counter * (len(raw.dense_sizes) + raw.expert_tensors)
+    if layout.zero == 1 and shard > 1 and not raw.states[1].weights:
+        optimizer, counters, master = max(zero1_ranks(raw, shard), key=lambda t: (t[0] + t[1] + t[2]))
+        dense = replace(dense, optimizer_states=optimizer, master_weights=master)
+    grads = dense.gradients + experts.gradients + (raw.table_grad if layout.zero < 2 else 0)
+    return ModelStates(dense.weights + experts.weights, grads,
+                       dense.optimizer_states + experts.optimizer_states + counters,
                        dense.master_weights + experts.master_weights)
+
 
 
 def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: Layout,
@@ -490,7 +556,8 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
 
 def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
                     recompute: str = "none", layout: Layout | None = None, capacity_bytes: int | None = None,
-                    gpu_name: str | None = None, search: dict | None = None) -> TrainingMemory:
+                    gpu_name: str | None = None, search: dict | None = None,
+                    stage: int | None = None) -> TrainingMemory:
     """Training memory per GPU of `spec` on a train `workload` (its batch_size the micro batch), with a recipe,
     an optimizer, a recomputation policy and a parallel layout; the worst pipeline stage. With a GPU's capacity,
     whether it fits; with `search` (the layout fields the user fixed), also the smallest layout that fits."""
@@ -514,7 +581,10 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
         workload = workload.model_copy(update={"src_len": workload.seq_len})
     validate(spec, workload)
     check_layout(spec, workload, layout)
-    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, {})
+    if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < layout.pp):
+        raise TfcalcError(f"stage={stage!r}: expected a pipeline stage from 0 to {layout.pp - 1}")
+    result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, {},
+                   only=stage)
     if search is not None and capacity_bytes is not None:
         result = replace(result, smallest=smallest_layout(spec, workload, precision, optimizer, recompute,
                                                           capacity_bytes, search))
@@ -522,7 +592,7 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
 
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
-          cache: dict, estimate: bool = True) -> TrainingMemory:
+          cache: dict, estimate: bool = True, only: int | None = None) -> TrainingMemory:
     key = layout.pp, recompute
     if key not in cache:
         cache[key] = _stages(spec, workload, layout.pp, recompute)
@@ -534,9 +604,9 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
                                          i == layout.pp - 1)
         base, raw, gather = cache[shape]
-        stages.append(replace(base, states=_sharded(raw, layout),
+        stages.append(replace(base, states=_sharded(raw, layout), rank_states=_rank_states(raw, layout),
                               transient=base.transient + (gather if layout.zero >= 3 else 0)))
-    worst = max(stages, key=lambda s: (s.peak, -s.stage))
+    worst = max(stages, key=lambda s: (s.peak, -s.stage)) if only is None else stages[only]
     published = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage]) if estimate else None
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
                           tuple(s.params for s in stages), published, capacity_bytes, gpu_name)
