@@ -641,6 +641,23 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                   "With --memory: adamw (default) or sgd (adam8bit cannot be measured)."))] = None,
               recompute: Annotated[Optional[str], _training_opt("--recompute", (
                   "With --memory: none (default), selective or full."))] = None,
+              dp: Annotated[Optional[int], _training_opt("--dp", (
+                  "With --memory: data-parallel GPUs (DDP, or ZeRO by --zero), measured on torch's fake process "
+                  "group."), parser=_one, metavar="N")] = None,
+              zero: Annotated[Optional[int], _training_opt("--zero", (
+                  "With --memory: 1 ZeroRedundancyOptimizer, 2 or 3 FSDP2 (reshard_after_forward off or on)."),
+                  parser=_one, metavar="0-3")] = None,
+              tp: Annotated[Optional[int], _training_opt("--tp", (
+                  "With --memory: tensor-parallel GPUs (DTensor, loss_parallel)."), parser=_one, metavar="N")] = None,
+              sp: Annotated[Optional[bool], _training_opt("--sp", (
+                  "With --memory and --tp: sequence parallelism (SequenceParallel norms)."))] = None,
+              pp: Annotated[Optional[int], _training_opt("--pp", (
+                  "With --memory: pipeline stages (torch.distributed.pipelining, Schedule1F1B)."),
+                  parser=_one, metavar="N")] = None,
+              ep: Annotated[Optional[int], _training_opt("--ep", "With --memory: refused above 1 (no CPU path).",
+                                                         parser=_one, metavar="N")] = None,
+              cp: Annotated[Optional[int], _training_opt("--cp", "With --memory: refused above 1 (no CPU path).",
+                                                         parser=_one, metavar="N")] = None,
               no_transformers: Annotated[bool, typer.Option("--no-transformers", help=(
                   "With --hf-config: skip the check against transformers' own model class built from the "
                   "config."))] = False,
@@ -652,8 +669,10 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
     With a context (prefill, decode) the model keeps a KV cache. Exit code 0 when every row matches, 1 on a
     mismatch, 2 on bad input."""
-    given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute))
-             if v is not None]
+    layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp), ("ep", ep),
+                                      ("cp", cp)) if v is not None}
+    given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute),
+                                   *layout_flags.items()) if v is not None]
     if given and not memory:
         raise TfcalcError(f"{given[0]}: a training-memory flag; add --memory")
     if memory and (train or (phase is not None and phase is not Phase.train) or context is not None):
@@ -661,7 +680,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
         raise TfcalcError(f"{what}: --memory checks a train step (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
-                      recompute, fmt, as_json)
+                      recompute, fmt, as_json, layout_flags)
         return
     import_torch("tfcalc check")
     from .verify import check
@@ -719,8 +738,18 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
 
 def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer, recompute,
-                  fmt, as_json) -> None:
-    from .plan.training import OPTIMIZERS, PRECISIONS, RECOMPUTE
+                  fmt, as_json, layout_flags: dict | None = None) -> None:
+    from .plan.training import OPTIMIZERS, PRECISIONS, RECOMPUTE, Layout
+
+    layout_flags = layout_flags or {}
+    for name in ("ep", "cp"):
+        if layout_flags.get(name, 1) > 1:
+            from .verify.parallel import UNMEASURED
+
+            raise TfcalcError(f"--{name} {layout_flags[name]}: cannot be measured: {UNMEASURED[name]}")
+    if layout_flags.get("sp") and layout_flags.get("tp", 1) == 1:
+        raise TfcalcError("--sp: sequence parallelism needs --tp 2 or more")
+    layout = Layout(**layout_flags) if layout_flags else None
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
     workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
@@ -738,7 +767,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     if device.split(":")[0] not in DEVICES:
         raise TfcalcError(f"device={device!r}: expected one of {', '.join(DEVICES)} (or cuda:N)")
     with _progress(f"measuring a train step with MemTracker on {device} ..."):
-        report = check_memory(model_spec, workload, precision, optimizer, recompute, device)
+        report = check_memory(model_spec, workload, precision, optimizer, recompute, device, layout)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(report.to_dict()))
@@ -749,6 +778,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     else:
         lines = [f"{model_spec.label}: {render.describe(model_spec)}",
                  f"workload: {render.describe_workload(workload, model_spec)}", f"device: {report.device}",
+                 *([f"layout: {report.layout.describe()}"] if report.layout is not None else []),
                  f"measured in {report.seconds:.1f} s"] + [f"note: {n}" for n in report.notes]
         _print_tables([render.memory_check_table(report)], fmt, lines)
         typer.echo("\n" + ("every category agrees" if report.match else "MISMATCH: see the rows without ✓"))
