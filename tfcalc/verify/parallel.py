@@ -46,8 +46,18 @@ from ..arch import Workload
 from ..errors import TfcalcError
 from ..plan.training import Layout
 from ..spec import ModelSpec
-from .memory import PRECISIONS, _build, _by_name, _check_arguments, _device_key, _loss_note, _optimizer, _step, \
-    _Tracker, _Trainer
+from .memory import (
+    PRECISIONS,
+    _build,
+    _by_name,
+    _check_arguments,
+    _device_key,
+    _loss_note,
+    _optimizer,
+    _step,
+    _Tracker,
+    _Trainer,
+)
 
 UNMEASURED = {"ep": "expert parallelism routes tokens with all-to-all between ranks; there is no CPU path for "
                     "it in torch.distributed here",
@@ -281,7 +291,7 @@ def _parallelize(model, layout: Layout, mesh, optimizer: str, mixed: bool, rank:
         from torch.nn.parallel import DistributedDataParallel
 
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
-        if not dist.get_backend() == "nccl":  # the fake group's all-reduce hands back nothing: keep the bucket
+        if dist.get_backend() != "nccl":  # the fake group's all-reduce hands back nothing: keep the bucket
             ddp.register_comm_hook(None, _keep_bucket)
         return _DDP(ddp), _BucketTrainer(model, optimizer, mixed), context
     if layout.zero == 1:
