@@ -44,7 +44,7 @@ def planned(spec_name: str, layout: Layout, rank):
 def test_model_states_exact_per_rank(spec_name, layout_name):
     layout = LAYOUTS[layout_name]
     m = measured(spec_name, layout_name)
-    assert [r.rank for r in m.ranks][0] == 0 and m.ranks[-1].rank == layout.gpus - 1
+    assert m.ranks[0].rank == 0 and m.ranks[-1].rank == layout.gpus - 1
     for rank in m.ranks:
         _, s = planned(spec_name, layout, rank)
         weights = s.weights
