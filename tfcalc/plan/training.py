@@ -240,6 +240,22 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     return out, encoder_output
 
 
+def _sp_gathered(ops: tuple[Op, ...], a: int, layout: Layout) -> dict[str, int]:
+    """Sequence parallelism as DTensor runs it (torch's convention): each column-parallel linear all-gathers its
+    sequence-sharded input itself and keeps the gathered [T, k] for backward (a gate beside its up projection
+    gathers its own copy); Megatron keeps the sharded input and gathers it again in backward, which is what
+    `Op.saved` counts. The bytes beyond that, per component."""
+    if not (layout.sp and layout.tp > 1):
+        return {}
+    out: dict[str, int] = {}
+    for op in ops:
+        if isinstance(op, Matmul) and op.split == "column" and op.m and not op.expert:
+            whole = _ceil(op.m * op.k * a, layout.cp)
+            sharded = 0 if op.shares_input else _ceil(op.m * op.k * a, layout.tp * layout.cp)
+            out[op.component] = out.get(op.component, 0) + whole - sharded
+    return out
+
+
 # --------------------------------------------------------------------------------------------------- stages
 
 
@@ -305,12 +321,30 @@ class StageMemory:
     tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
     # ZeRO-1 (torch's partition of whole tensors): each data-parallel rank's states, rank 0 first; () otherwise
     rank_states: tuple[ModelStates, ...] = ()
+    loss_transient: int = 0  # the loss's backward (part of `transient`): fp32 [tokens, V] tensors
+    # FSDP2: weights gathered beyond this GPU's shard from forward to the end of backward (the root's, which it
+    # does not reshard after forward; under ZeRO-2 every block's too) and the root's unsharded gradients (the
+    # head's, the final norm's) from the loss's backward on
+    gathered: int = 0
+    # the gradients exist while the activations do: DDP's buckets live through the step; under pipelining the
+    # gradients accumulate over the microbatches while later ones' activations are kept
+    grads_with_activations: bool = False
+
+    def peak_items(self) -> tuple[str, dict[str, int]]:
+        """The moment of the peak and what is alive then, in bytes (they sum to `peak`)."""
+        s = self.states
+        states = {"weights": s.weights, "optimizer states": s.optimizer_states, "master weights": s.master_weights}
+        backward = {**states, "gathered weights": self.gathered, "activations": self.activations,
+                    "gradients": s.gradients if self.grads_with_activations else 0,
+                    "backward transients": self.transient}
+        step = {**states, "gradients": s.gradients, "step transient": self.transient_step}
+        if sum(backward.values()) >= sum(step.values()):
+            return "start of backward (the loss's backward, or the last block's gathered for it)", backward
+        return "end of backward / optimizer step", step
 
     @property
     def peak(self) -> int:
-        s = self.states
-        return (s.weights + s.optimizer_states + s.master_weights
-                + max(self.activations + self.transient, s.gradients + self.transient_step))
+        return sum(self.peak_items()[1].values())
 
 
 @dataclass(frozen=True)
@@ -374,6 +408,8 @@ class TrainingMemory:
             "activations_bytes": self.activations, "microbatches_in_flight": s.microbatches,
             "activation_components": dict(s.activation_components),
             "transient_bytes": s.transient, "step_transient_bytes": s.transient_step,
+            "gathered_weights_bytes": s.gathered, "peak_moment": s.peak_items()[0],
+            "peak_items": dict(s.peak_items()[1]),
             "total_bytes": self.total, "peak_bytes": self.peak,
             "korthikanti_activations_bytes": self.korthikanti,
             "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
@@ -393,6 +429,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     gather = 0
     largest_tensor = 0
     cross_input = 0
+    block_total = 0  # parameters of the blocks (the rest, FSDP2's root, is gathered from forward to backward)
     for part in parts:
         block_params = 0
         for op in part.ops:
@@ -403,6 +440,8 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                 largest_tensor = max(largest_tensor, n)
             block_params += sum(sizes)
         full, kv = _ops_activations(part.ops, a, recompute, layout)
+        for component, extra in _sp_gathered(part.ops, a, layout).items():
+            full[component] = full.get(component, 0) + extra
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
         # what an op brings back in its own backward whatever the mode (a checkpointed scan's intermediates)
@@ -426,6 +465,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             per_mb[what] = per_mb.get(what, 0) + _ceil(elements * (size or a), layout.cp)
         if part.block:
             gather = max(gather, block_params * recipe.weights)
+            block_total += block_params * (part.repeat if part.copies is None else part.copies)
     if cross_input:
         per_mb["encoder output"] = cross_input
     if last and not spec.lm_head:  # a bare encoder's loss: a scalar
@@ -445,14 +485,19 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
     untied = token is not None and not (head_op is not None and head_op.weights == 0)
     table_grad = (token.rows - _ceil(token.rows, layout.tp)) * token.dim * recipe.grads if untied else 0
+    # a mixed step casts the whole table gradient to fp32 and DTensor reshards it onto the master's shard
+    table_step = (token.rows + _ceil(token.rows, layout.tp)) * token.dim * 4 if table_grad and recipe.master else 0
     dense_sizes = tuple(size for size, e, r in weights_numel if not e for _ in range(r))
     expert_tensors = sum(r for _, e, r in weights_numel if e)
-    raw = _Raw(raw, counter, dense_sizes, expert_tensors, table_grad, optimizer, recipe)
+    raw = _Raw(raw, counter, dense_sizes, expert_tensors, table_grad, table_step, optimizer, recipe)
     states = _sharded(raw, layout)
     microbatches = pp - index
     activations = sum(per_mb.values()) * microbatches
     head = next((op for part in parts for op in part.ops if op.role == "head"), None)
-    loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * (STAT_BYTES + a)
+    # the loss's backward: two fp32 [tokens, V] tensors (the logits' gradient in fp32 and the log-softmax's), three
+    # of [tokens, V/tp] under loss_parallel
+    loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * STAT_BYTES * (
+        3 if layout.tp > 1 else 2)
     transient = recompute_extra + loss_grad  # with ZeRO-3, two blocks' gathered weights more (_plan)
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
     # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
@@ -461,8 +506,13 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     step = max(largest_tensor * 4 if recipe.master else 0,
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
     tensors = sum(r for _, _, r in weights_numel)
-    stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors)
-    return stage, raw, 2 * gather
+    stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors,
+                        loss_transient=loss_grad)
+    root = dense + expert - block_total
+    # the token table's gradient comes last in backward; the rest of the root's (the head's, the final norm's)
+    # exist from the loss's backward on, unsharded under FSDP2 until the root reduce-scatters them
+    table = 0 if token is None else _ceil(token.rows, layout.tp) * token.dim
+    return stage, raw, 2 * gather, (root * recipe.weights, (root - table) * recipe.grads)
 
 
 @dataclass(frozen=True)
@@ -476,6 +526,7 @@ class _Raw:
     dense_sizes: tuple[int, ...]
     expert_tensors: int
     table_grad: int
+    table_step: int  # the mixed step's fp32 copies of that whole gradient and its shard
     optimizer: str
     recipe: Recipe
 
@@ -516,7 +567,9 @@ def _sharded(raw: _Raw, layout: Layout) -> ModelStates:
     dp x cp / ep. ZeRO-1 without experts gives whole tensors to ranks as torch's ZeroRedundancyOptimizer does
     (the rank with the most optimizer bytes is reported); AdamW's step counters are never split."""
     shard = layout.dp * layout.cp
-    (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, layout.zero, n)
+    # ZeRO-2 as FSDP2 runs it: the weights are resharded after backward (gathered in between: StageMemory.gathered)
+    zero = 3 if layout.zero == 2 else layout.zero
+    (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, zero, n)
                         for r, n in zip(raw.states, (shard, shard // layout.ep)))
     counters = raw.counter * (len(raw.dense_sizes) + raw.expert_tensors)
     if layout.zero == 1 and shard > 1 and not raw.states[1].weights:
@@ -603,9 +656,19 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
         if shape not in cache:
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
                                          i == layout.pp - 1)
-        base, raw, gather = cache[shape]
-        stages.append(replace(base, states=_sharded(raw, layout), rank_states=_rank_states(raw, layout),
-                              transient=base.transient + (gather if layout.zero >= 3 else 0)))
+        base, raw, gather, (root, root_grads) = cache[shape]
+        states = _sharded(raw, layout)
+        transient, gathered = base.transient, 0
+        if layout.zero >= 3:  # two blocks' gathered weights (or one's and its unsharded gradients), never at the
+            # same moment as the loss's backward; the root's weights stay gathered from forward to backward
+            transient = base.transient - base.loss_transient + max(base.loss_transient, gather)
+            gathered = root - _ceil(root, layout.dp * layout.cp) + root_grads
+        elif layout.zero == 2:  # reshard_after_forward=False: every weight gathered from forward to backward
+            gathered = sum(r.weights for r in raw.states) - states.weights + root_grads
+        coexist = (layout.dp * layout.cp > 1 and layout.zero == 0) or layout.pp > 1
+        step = max(base.transient_step, raw.table_step if layout.zero < 2 else 0)
+        stages.append(replace(base, states=states, rank_states=_rank_states(raw, layout), transient=transient,
+                              transient_step=step, gathered=gathered, grads_with_activations=coexist))
     worst = max(stages, key=lambda s: (s.peak, -s.stage)) if only is None else stages[only]
     published = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage]) if estimate else None
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
