@@ -329,11 +329,14 @@ class StageMemory:
     # the gradients exist while the activations do: DDP's buckets live through the step; under pipelining the
     # gradients accumulate over the microbatches while later ones' activations are kept
     grads_with_activations: bool = False
+    recv_buffers: int = 0  # pipelining's receive buffers, alive the whole step
+
 
     def peak_items(self) -> tuple[str, dict[str, int]]:
         """The moment of the peak and what is alive then, in bytes (they sum to `peak`)."""
         s = self.states
-        states = {"weights": s.weights, "optimizer states": s.optimizer_states, "master weights": s.master_weights}
+        states = {"weights": s.weights, "optimizer states": s.optimizer_states, "master weights": s.master_weights,
+                  "receive buffers": self.recv_buffers}
         backward = {**states, "gathered weights": self.gathered, "activations": self.activations,
                     "gradients": s.gradients if self.grads_with_activations else 0,
                     "backward transients": self.transient}
@@ -470,6 +473,19 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         per_mb["encoder output"] = cross_input
     if last and not spec.lm_head:  # a bare encoder's loss: a scalar
         per_mb["loss"] = STAT_BYTES
+    residual = next((op for part in parts if part.block for op in part.ops if op.role == "residual"), None)
+    recv_buffers = 0
+    if pp > 1 and residual is not None:
+        # torch.distributed.pipelining keeps each microbatch's stage output until its backward (to send it and to
+        # run the backward from it): [T, D], the last stage's the logits [T, V / tp]; once per microbatch in flight
+        seq = (layout.tp if layout.sp and layout.tp > 1 else 1) * layout.cp
+        hidden = _ceil(residual.elements * a, seq)
+        head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
+        per_mb["stage output"] = hidden if not last or head_op is None else _ceil(
+            head_op.m * head_op.n * a, layout.tp * layout.cp)
+        # and a receive buffer per microbatch ([T, D]: activations from the stage before, gradients from the one
+        # after), made when the stage is built: pp microbatches here
+        recv_buffers = pp * hidden * ((index > 0) + (not last))
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     counter = STEP_COUNTER if optimizer == "adamw" else 0
@@ -507,7 +523,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
     tensors = sum(r for _, _, r in weights_numel)
     stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors,
-                        loss_transient=loss_grad)
+                        loss_transient=loss_grad, recv_buffers=recv_buffers)
     root = dense + expert - block_total
     # the token table's gradient comes last in backward; the rest of the root's (the head's, the final norm's)
     # exist from the loss's backward on, unsharded under FSDP2 until the root reduce-scatters them

@@ -13,7 +13,7 @@ from torch import nn
 from ..arch import Workload
 from ..reference.layers import rotary_tables
 from ..spec import ModelSpec
-from .memory import _build, _by_name, _Tracker, _Trainer
+from .memory import _build, _Tracker, _Trainer
 
 
 def stage_blocks(n_blocks: int, pp: int) -> list[range]:
@@ -120,8 +120,14 @@ def pipeline_step(spec: ModelSpec, workload: Workload, dtype, mixed: bool, optim
     tracker = _MicrobatchTracker(stage_module)
     tracker.track_external(stage_module, *trainer.optimizers, *trainer.masters)
     marks: dict = {}
+    backward_one_chunk = stage.backward_one_chunk
+
+    def first_backward(*args, **kwargs):  # what the stage keeps with every microbatch of the warm-up in flight
+        if "forward" not in marks:
+            marks["forward"] = tracker.mark()
+        return backward_one_chunk(*args, **kwargs)
+
+    stage.backward_one_chunk = first_backward
     with tracker:
         run(tracker, marks)
-    key = next(iter(tracker.category_peaks), dev)
-    activations = _by_name(tracker.category_peaks.get(key, {}))["activations"]
-    return _rank_memory(tracker, marks, trainer, dev, layout, rank, activations)
+    return _rank_memory(tracker, marks, trainer, dev, layout, rank)
