@@ -34,10 +34,10 @@ def measured(spec_name: str, layout_name: str):
 
 
 def planned(spec_name: str, layout: Layout, rank):
+    """The plan for this rank's pipeline stage and its data-parallel rank (ZeRO-1's ranks differ)."""
     plan = training_memory(SPECS[spec_name], W, "bf16-mixed", "adamw", "none", layout,
                            stage=rank.coords["pp"] if layout.pp > 1 else None)
-    states = plan.stage.rank_states[rank.coords["dp"]] if plan.stage.rank_states else plan.stage.states
-    return plan, states
+    return plan, plan.stage.for_rank(rank.coords["dp"]).states
 
 
 @pytest.mark.parametrize("spec_name, layout_name", CASES)
@@ -47,13 +47,9 @@ def test_model_states_exact_per_rank(spec_name, layout_name):
     assert m.ranks[0].rank == 0 and m.ranks[-1].rank == layout.gpus - 1
     for rank in m.ranks:
         _, s = planned(spec_name, layout, rank)
-        weights = s.weights
-        if layout.zero == 2:
-            # FSDP2 reshards after backward: at the step's end every rank holds its 1/dp shard of the weights; the
-            # plan's ZeRO-2 keeps them whole (DeepSpeed's convention). dims here divide dp: no padding.
-            weights = -(-s.weights // layout.dp)
+        # (every first dimension here divides dp: FSDP2 pads none)
         assert (rank.weights, rank.gradients, rank.optimizer_states, rank.master_weights) == (
-            weights, s.gradients, s.optimizer_states, s.master_weights), rank
+            s.weights, s.gradients, s.optimizer_states, s.master_weights), rank
 
 
 def test_zero1_ranks_differ_and_follow_torch_partition():
@@ -67,24 +63,38 @@ def test_zero1_ranks_differ_and_follow_torch_partition():
     assert m.ranks[0].step_counters == 4 * len(ranks[0])
 
 
-@pytest.mark.parametrize("spec_name, layout_name", [c for c in CASES if c[1] not in ("tp-sp", "pp")])
-def test_activations_at_end_of_forward(spec_name, layout_name):
+@pytest.mark.parametrize("spec_name, layout_name", CASES)
+def test_activations_exact_with_named_causes(spec_name, layout_name):
     layout = LAYOUTS[layout_name]
     for rank in measured(spec_name, layout_name).ranks:
         plan, _ = planned(spec_name, layout, rank)
-        # loss_parallel (tp > 1) keeps two int64 tensors per token: 2 * 8 * (B=2 * 32 tokens)
-        extra = 2 * 8 * 64 if layout.tp > 1 else 0
-        assert rank.activations == plan.activations + extra
+        stage = rank.coords["pp"]
+        extra = 0
+        if layout.tp > 1:  # loss_parallel keeps two int64 tensors per token: 2 * 8 * (B=2 * 32 tokens)
+            extra += 2 * 8 * 64
+        if layout.pp > 1 and stage == 0:  # the schedule's copies of the token ids: 8 B * 64 tokens * 2 microbatches
+            extra += 8 * 64 * 2
+        if layout.pp > 1 and stage == 1:  # the targets' copies (8 * 64 * 2), less the input's receive buffer
+            # (bf16 [2, 32, 256], made with the stage before MemTracker starts)
+            extra += 8 * 64 * 2 - 2 * 32 * 256 * 2
+        assert rank.activations == plan.activations + extra, (rank.rank, rank.activations, plan.activations)
 
 
-@pytest.mark.parametrize("spec_name, layout_name", [("llama", "ddp"), ("llama", "zero1"), ("llama", "tp"),
-                                                    ("llama", "pp"), ("gpt2", "ddp"), ("gpt2", "tp")])
-def test_peak_within_ten_percent(spec_name, layout_name):
+# the planned peak within 5% of MemTracker's; FSDP2 (ZeRO-2, ZeRO-3, FSDP x TP) is not yet (docs/verification.md)
+PEAK_CASES = [c for c in CASES if c[1] not in ("fsdp-zero2", "fsdp-zero3", "fsdp-x-tp")]
+
+
+@pytest.mark.parametrize("spec_name, layout_name", PEAK_CASES)
+def test_peak_within_five_percent(spec_name, layout_name):
     layout = LAYOUTS[layout_name]
     for rank in measured(spec_name, layout_name).ranks:
         plan, _ = planned(spec_name, layout, rank)
-        assert abs(plan.peak - rank.peak) <= 0.10 * rank.peak, (rank.rank, plan.peak, rank.peak, rank.peak_at)
-        assert rank.peak_at  # the moment is named
+        stage = plan.stage.for_rank(rank.coords["dp"])
+        # the measured peak lacks pipelining's receive buffers (made with the stage, before MemTracker starts)
+        peak = rank.peak + stage.recv_buffers
+        assert abs(stage.peak - peak) <= 0.05 * peak, (rank.rank, stage.peak, peak, rank.peak_at)
+        moment, items = stage.peak_items()
+        assert sum(items.values()) == stage.peak and moment
 
 
 def test_ddp_gradients_live_through_forward():

@@ -332,6 +332,10 @@ class StageMemory:
     recv_buffers: int = 0  # pipelining's receive buffers, alive the whole step
 
 
+    def for_rank(self, dp_rank: int) -> StageMemory:
+        """This stage on one data-parallel rank: the same but under ZeRO-1, where each rank has its own states."""
+        return replace(self, states=self.rank_states[dp_rank]) if self.rank_states else self
+
     def peak_items(self) -> tuple[str, dict[str, int]]:
         """The moment of the peak and what is alive then, in bytes (they sum to `peak`)."""
         s = self.states

@@ -161,9 +161,8 @@ def check_parallel_memory(spec: ModelSpec, workload: Workload, precision: str, o
     for rank in measured.ranks:
         stage = plan if layout.pp == 1 else training_memory(spec, plan.workload, precision, optimizer, recompute,
                                                             layout, stage=rank.coords["pp"])
-        states = stage.stage.states
-        if stage.stage.rank_states:
-            states = stage.stage.rank_states[rank.coords["dp"]]
+        mine = stage.stage.for_rank(rank.coords["dp"])
+        states = mine.states
         where = f"rank {rank.rank}"
         known, note = known_activations(spec, plan.workload, layout, rank.coords["pp"],
                                         PRECISIONS[precision].activations)
@@ -174,10 +173,10 @@ def check_parallel_memory(spec: ModelSpec, workload: Workload, precision: str, o
                       f"AdamW's step counters included ({rank.step_counters:,} B)" if optimizer == "adamw" else ""),
             MemoryRow(f"{where}: master weights", states.master_weights, rank.master_weights, 0),
             MemoryRow(f"{where}: activations", stage.activations, rank.activations, 0, note, known=known),
-            MemoryRow(f"{where}: peak", stage.peak, rank.peak, PEAK_TOLERANCE,
-                      f"at {rank.peak_at}; the plan's: {stage.stage.peak_items()[0]}" + (
-                          f"; it holds the receive buffers ({stage.stage.recv_buffers:,} B), made with the stage, "
-                          "before MemTracker starts" if stage.stage.recv_buffers else "")),
+            MemoryRow(f"{where}: peak", mine.peak, rank.peak, PEAK_TOLERANCE,
+                      f"at {rank.peak_at}; the plan's: {mine.peak_items()[0]}" + (
+                          f"; it holds the receive buffers ({mine.recv_buffers:,} B), made with the stage, "
+                          "before MemTracker starts" if mine.recv_buffers else "")),
         ]
     notes = (*measured.notes, *(f"rank {r.rank}: {', '.join(f'{k} {v}' for k, v in r.coords.items())}"
                                 for r in measured.ranks))
