@@ -933,6 +933,10 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                                                           parser=_one, metavar="N")] = None,
                cp: Annotated[Optional[int], _training_opt("--cp", "Context-parallel GPUs (default 1).",
                                                           parser=_one, metavar="N")] = None,
+               framework: Annotated[Optional[str], _training_opt("--framework", (
+                   "Whose conventions: torch (default: torch.distributed, what check --memory measures) or "
+                   "megatron (sequence parallelism keeps linears' inputs sharded, ZeRO-1 splits every tensor "
+                   "evenly, the vocab-parallel table's gradient sharded)."))] = None,
                plot: PlotOpt = None,
                fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Memory per GPU. Training (--phase train or any training flag): weights, gradients, optimizer states,
@@ -951,7 +955,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                           "tensor-parallel GPUs; it needs --tp 2 or more (got "
                           f"{'no --tp' if tp is None else '--tp 1'})")
     layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
-                                      ("ep", ep), ("cp", cp)) if v is not None}
+                                      ("ep", ep), ("cp", cp), ("framework", framework)) if v is not None}
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
                                             ("recompute", recompute)) if v is not None]
     training_flags += [f"--{k}" for k in layout_flags]

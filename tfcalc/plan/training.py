@@ -92,6 +92,9 @@ def state_bytes(numel: int, optimizer: str, recipe: Recipe) -> int:
 # ---------------------------------------------------------------------------------------------------- layout
 
 
+FRAMEWORKS = ("torch", "megatron")
+
+
 @dataclass(frozen=True)
 class Layout:
     """A parallel layout: data parallel (with a ZeRO stage), tensor (with or without sequence parallelism),
@@ -104,6 +107,10 @@ class Layout:
     ep: int = 1
     cp: int = 1
     sp: bool = False
+    # whose conventions: "torch" (torch.distributed: what `tfcalc check --memory` measures) or "megatron"
+    # (Megatron-LM: sequence parallelism keeps the column-parallel linears' inputs sharded, the distributed
+    # optimizer splits every tensor evenly, the vocab-parallel table's gradient is sharded)
+    framework: str = "torch"
 
     @property
     def gpus(self) -> int:
@@ -113,11 +120,12 @@ class Layout:
         parts = [f"dp {self.dp}" + (f" (ZeRO-{self.zero})" if self.zero else ""),
                  f"tp {self.tp}" + (" + sp" if self.sp and self.tp > 1 else "")]
         parts += [f"{k} {v}" for k, v in (("pp", self.pp), ("ep", self.ep), ("cp", self.cp)) if v > 1]
-        return ", ".join(parts) + f": {self.gpus:,} GPU" + ("s" if self.gpus > 1 else "")
+        return (", ".join(parts) + f": {self.gpus:,} GPU" + ("s" if self.gpus > 1 else "")
+                + (f" ({self.framework})" if self.framework != "torch" else ""))
 
     def to_dict(self) -> dict:
         return {"dp": self.dp, "zero": self.zero, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp,
-                "sp": self.sp, "gpus": self.gpus}
+                "sp": self.sp, "framework": self.framework, "gpus": self.gpus}
 
 
 def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
@@ -129,6 +137,8 @@ def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
             problems.append(f"{name}={value!r}: expected a positive integer")
     if isinstance(layout.zero, bool) or layout.zero not in (0, 1, 2, 3):
         problems.append(f"zero={layout.zero!r}: expected 0, 1, 2 or 3")
+    if layout.framework not in FRAMEWORKS:
+        problems.append(f"framework={layout.framework!r}: expected one of {', '.join(FRAMEWORKS)}")
     if problems:
         raise TfcalcError("\n".join(problems))
     tp = layout.tp
@@ -346,8 +356,8 @@ class StageMemory:
                     "backward transients": self.transient}
         step = {**states, "gradients": s.gradients, "step transient": self.transient_step}
         if sum(backward.values()) >= sum(step.values()):
-            return "start of backward (the loss's backward, or the last block's gathered for it)", backward
-        return "end of backward / optimizer step", step
+            return "start of backward", backward
+        return "end of backward, optimizer step", step
 
     @property
     def peak(self) -> int:
@@ -447,7 +457,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                 largest_tensor = max(largest_tensor, n)
             block_params += sum(sizes)
         full, kv = _ops_activations(part.ops, a, recompute, layout)
-        for component, extra in _sp_gathered(part.ops, a, layout).items():
+        for component, extra in (_sp_gathered(part.ops, a, layout) if layout.framework == "torch" else {}).items():
             full[component] = full.get(component, 0) + extra
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
@@ -503,7 +513,8 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     # sharded by the column-parallel head)
     token = next((op for part in parts for op in part.ops if op.role == "token"), None)
     head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
-    untied = token is not None and not (head_op is not None and head_op.weights == 0)
+    untied = (token is not None and not (head_op is not None and head_op.weights == 0)
+              and layout.framework == "torch")
     table_grad = (token.rows - _ceil(token.rows, layout.tp)) * token.dim * recipe.grads if untied else 0
     # a mixed step casts the whole table gradient to fp32 and DTensor reshards it onto the master's shard
     table_step = (token.rows + _ceil(token.rows, layout.tp)) * token.dim * 4 if table_grad and recipe.master else 0
@@ -576,7 +587,7 @@ def zero1_ranks(raw: _Raw, dp: int) -> list[tuple[int, int, int]]:
 def _rank_states(raw: _Raw, layout: Layout) -> tuple[ModelStates, ...]:
     """Under ZeRO-1 of a dense model, every data-parallel rank's states (they differ: whole tensors each)."""
     shard = layout.dp * layout.cp
-    if layout.zero != 1 or shard == 1 or raw.states[1].weights:
+    if layout.zero != 1 or shard == 1 or raw.states[1].weights or layout.framework != "torch":
         return ()
     whole = _sharded(raw, replace(layout, zero=0))
     return tuple(replace(whole, optimizer_states=o + c, master_weights=m) for o, c, m in zero1_ranks(raw, shard))
@@ -592,7 +603,7 @@ def _sharded(raw: _Raw, layout: Layout) -> ModelStates:
     (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, zero, n)
                         for r, n in zip(raw.states, (shard, shard // layout.ep)))
     counters = raw.counter * (len(raw.dense_sizes) + raw.expert_tensors)
-    if layout.zero == 1 and shard > 1 and not raw.states[1].weights:
+    if layout.zero == 1 and shard > 1 and not raw.states[1].weights and layout.framework == "torch":
         optimizer, counters, master = max(zero1_ranks(raw, shard), key=lambda t: (t[0] + t[1] + t[2]))
         dense = replace(dense, optimizer_states=optimizer, master_weights=master)
     grads = dense.gradients + experts.gradients + (raw.table_grad if layout.zero < 2 else 0)
@@ -672,7 +683,8 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
     all_parts = cache[key]
     stages = []
     for i, parts in enumerate(all_parts):  # a stage's figures once per shape; ZeRO and dp only reshard them
-        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, recompute, precision, optimizer)
+        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, layout.framework, recompute,
+                 precision, optimizer)
         if shape not in cache:
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
                                          i == layout.pp - 1)
@@ -754,6 +766,7 @@ def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str,
                                                if spec.is_moe else [1])
     zeros = [fixed["zero"]] if "zero" in fixed else [0, 1, 2, 3]
     dps = [fixed["dp"]] if "dp" in fixed else _powers(MAX_GPUS)
+    framework = fixed.get("framework", "torch")
     best, best_key = None, None
     # the sizes with the fewest GPUs first (dp * cp must be a multiple of ep): once one fits, no size that needs
     # more GPUs than it is looked at
@@ -762,12 +775,12 @@ def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str,
     for fewest, pp, tp, cp, sp, ep in sizes:
         if best_key is not None and fewest > best_key[0]:
             break
-        if _beyond(spec, workload, recipe, precision, optimizer, recompute, Layout(1, 0, tp, pp, ep, cp, sp),
+        if _beyond(spec, workload, recipe, precision, optimizer, recompute, Layout(1, 0, tp, pp, ep, cp, sp, framework),
                    capacity_bytes, caches):
             continue
         for zero in zeros:
             for dp in dps:
-                layout = Layout(dp, zero, tp, pp, ep, cp, sp)
+                layout = Layout(dp, zero, tp, pp, ep, cp, sp, framework)
                 if layout.gpus > MAX_GPUS or (dp * cp) % ep:
                     continue
                 if best_key is not None and layout.gpus > best_key[0]:
