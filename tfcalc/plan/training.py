@@ -331,6 +331,7 @@ class StageMemory:
     tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
     # ZeRO-1 (torch's partition of whole tensors): each data-parallel rank's states, rank 0 first; () otherwise
     rank_states: tuple[ModelStates, ...] = ()
+    rank_steps: tuple[int, ...] = ()  # and each one's step transient (its own largest tensor's fp32 gradient)
     loss_transient: int = 0  # the loss's backward (part of `transient`): fp32 [tokens, V] tensors
     # FSDP2: weights gathered beyond this GPU's shard from forward to the end of backward (the root's, which it
     # does not reshard after forward; under ZeRO-2 every block's too) and the root's unsharded gradients (the
@@ -344,7 +345,9 @@ class StageMemory:
 
     def for_rank(self, dp_rank: int) -> StageMemory:
         """This stage on one data-parallel rank: the same but under ZeRO-1, where each rank has its own states."""
-        return replace(self, states=self.rank_states[dp_rank]) if self.rank_states else self
+        if not self.rank_states:
+            return self
+        return replace(self, states=self.rank_states[dp_rank], transient_step=self.rank_steps[dp_rank])
 
     def peak_items(self) -> tuple[str, dict[str, int]]:
         """The moment of the peak and what is alive then, in bytes (they sum to `peak`)."""
@@ -520,7 +523,10 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     table_step = (token.rows + _ceil(token.rows, layout.tp)) * token.dim * 4 if table_grad and recipe.master else 0
     dense_sizes = tuple(size for size, e, r in weights_numel if not e for _ in range(r))
     expert_tensors = sum(r for _, e, r in weights_numel if e)
-    raw = _Raw(raw, counter, dense_sizes, expert_tensors, table_grad, table_step, optimizer, recipe)
+    tied = next((op for part in parts for op in part.ops if op.role == "token"), None)
+    shared = tied is not None and head_op is not None and head_op.weights == 0
+    tied_step = 2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0
+    raw = _Raw(raw, counter, dense_sizes, expert_tensors, table_grad, table_step, tied_step, optimizer, recipe)
     states = _sharded(raw, layout)
     microbatches = pp - index
     activations = sum(per_mb.values()) * microbatches
@@ -531,11 +537,8 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
         3 if layout.tp > 1 else 2)
     transient = recompute_extra + loss_grad  # with ZeRO-3, two blocks' gathered weights more (_plan)
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
-    # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
-    tied = next((op for part in parts for op in part.ops if op.role == "token"), None)
-    shared = tied is not None and head is not None and head.weights == 0
-    step = max(largest_tensor * 4 if recipe.master else 0,
-               2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
+    # exist beside the gradients: tied_step); the mixed-precision step: one parameter's fp32 gradient at a time
+    step = max(largest_tensor * 4 if recipe.master else 0, tied_step)
     tensors = sum(r for _, _, r in weights_numel)
     stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors,
                         loss_transient=loss_grad, recv_buffers=recv_buffers)
@@ -558,6 +561,7 @@ class _Raw:
     expert_tensors: int
     table_grad: int
     table_step: int  # the mixed step's fp32 copies of that whole gradient and its shard
+    tied_step: int  # the end of backward's sum of a tied table's two gradients
     optimizer: str
     recipe: Recipe
 
@@ -591,6 +595,15 @@ def _rank_states(raw: _Raw, layout: Layout) -> tuple[ModelStates, ...]:
         return ()
     whole = _sharded(raw, replace(layout, zero=0))
     return tuple(replace(whole, optimizer_states=o + c, master_weights=m) for o, c, m in zero1_ranks(raw, shard))
+
+
+def _rank_steps(raw: _Raw, layout: Layout) -> tuple[int, ...]:
+    """Under ZeRO-1 (as `_rank_states`), each rank's step transient: a mixed step casts one of its own tensors'
+    gradient to fp32 at a time."""
+    if not _rank_states(raw, layout):
+        return ()
+    return tuple(max(4 * max(sizes, default=0) if raw.recipe.master else 0, raw.tied_step)
+                 for sizes in zero1_partition(raw.dense_sizes, layout.dp * layout.cp))
 
 
 def _sharded(raw: _Raw, layout: Layout) -> ModelStates:
@@ -699,7 +712,8 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
             gathered = sum(r.weights for r in raw.states) - states.weights + root_grads
         coexist = (layout.dp * layout.cp > 1 and layout.zero == 0) or layout.pp > 1
         step = max(base.transient_step, raw.table_step if layout.zero < 2 else 0)
-        stages.append(replace(base, states=states, rank_states=_rank_states(raw, layout), transient=transient,
+        stages.append(replace(base, states=states, rank_states=_rank_states(raw, layout),
+                              rank_steps=_rank_steps(raw, layout), transient=transient,
                               transient_step=step, gathered=gathered, grads_with_activations=coexist))
     worst = max(stages, key=lambda s: (s.peak, -s.stage)) if only is None else stages[only]
     published = _korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage]) if estimate else None
