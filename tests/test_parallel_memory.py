@@ -80,11 +80,7 @@ def test_activations_exact_with_named_causes(spec_name, layout_name):
         assert rank.activations == plan.activations + extra, (rank.rank, rank.activations, plan.activations)
 
 
-# the planned peak within 5% of MemTracker's; FSDP2 (ZeRO-2, ZeRO-3, FSDP x TP) is not yet (docs/verification.md)
-PEAK_CASES = [c for c in CASES if c[1] not in ("fsdp-zero2", "fsdp-zero3", "fsdp-x-tp")]
-
-
-@pytest.mark.parametrize("spec_name, layout_name", PEAK_CASES)
+@pytest.mark.parametrize("spec_name, layout_name", CASES)
 def test_peak_within_five_percent(spec_name, layout_name):
     layout = LAYOUTS[layout_name]
     for rank in measured(spec_name, layout_name).ranks:

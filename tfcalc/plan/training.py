@@ -704,12 +704,15 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
         base, raw, gather, (root, root_grads) = cache[shape]
         states = _sharded(raw, layout)
         transient, gathered = base.transient, 0
-        if layout.zero >= 3:  # two blocks' gathered weights (or one's and its unsharded gradients), never at the
-            # same moment as the loss's backward; the root's weights stay gathered from forward to backward
-            transient = base.transient - base.loss_transient + max(base.loss_transient, gather)
-            gathered = root - _ceil(root, layout.dp * layout.cp) + root_grads
+        shard = layout.dp * layout.cp
+        if layout.zero >= 3:  # a block's backward: its gathered weights, its unsharded gradients and their
+            # reduce-scattered shard (`gather` is two blocks' weights), never at the same moment as the loss's
+            # backward; the root's weights stay gathered (a copy beside the shard) from forward to backward
+            transient = base.transient - base.loss_transient + max(base.loss_transient,
+                                                                   gather + _ceil(gather // 2, shard))
+            gathered = root + root_grads
         elif layout.zero == 2:  # reshard_after_forward=False: every weight gathered from forward to backward
-            gathered = sum(r.weights for r in raw.states) - states.weights + root_grads
+            gathered = sum(r.weights for r in raw.states) + root_grads
         coexist = (layout.dp * layout.cp > 1 and layout.zero == 0) or layout.pp > 1
         step = max(base.transient_step, raw.table_step if layout.zero < 2 else 0)
         stages.append(replace(base, states=states, rank_states=_rank_states(raw, layout),
