@@ -112,8 +112,15 @@ def test_cli_layout_flags_and_refusals():
     assert data["layout"]["dp"] == 2 and data["layout"]["zero"] == 1 and data["match"]
     assert {row["category"].split(":")[0] for row in data["rows"]} == {"rank 0", "rank 1"}
     for extra, message in ((["--ep", "2"], "--ep 2: cannot be measured"), (["--cp", "2"], "--cp 2: cannot be measured"),
-                           (["--sp"], "--sp: sequence parallelism needs --tp")):
+                           (["--sp"], "--sp: sequence parallelism needs --tp"),
+                           (["--pp", "2", "--tp", "2"], "--pp 2: the parallel check runs pipelining alone"),
+                           (["--zero", "1"], "--zero 1: ZeRO shards over data-parallel GPUs; it needs --dp 2"),
+                           (["--dp", "2", "--recompute", "full"], "--recompute full: the parallel check measures"),
+                           (["--dp", "2", "--device", "cpu"], "--device cpu: the parallel check runs on the fake")):
         r = runner.invoke(app, [*args, *extra])
         assert r.exit_code == 2 and message in r.output, r.output
     r = runner.invoke(app, ["check", "-p", "gpt2", "--dp", "2"])
     assert r.exit_code == 2 and "--dp: a training-memory flag; add --memory" in r.output
+    # DDP runs on real CPU tensors: a step bigger than the machine is refused before anything is allocated
+    r = runner.invoke(app, ["check", "-p", "llama3.1-405b", "--memory", "--dp", "2"])  # terabytes a rank
+    assert r.exit_code == 2 and "--dp 2 (DDP, measured on real CPU tensors" in r.output, r.output

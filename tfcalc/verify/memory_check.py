@@ -84,7 +84,8 @@ def _activation_note(difference: int) -> str:
 GUARD_MARGIN = 1.25  # the plan's peak is an estimate (within PEAK_TOLERANCE); the allocator's slack beside it
 
 
-def _guard(spec: ModelSpec, plan, device: str) -> None:
+def _guard(spec: ModelSpec, plan, device: str, what: str = "device='cpu'",
+           hint: str = "use --device meta (measures without allocating), or smaller --n-layers/--seq-len") -> None:
     """On the CPU (real allocations), refuse a step the machine's available memory cannot hold, by the plan's own
     peak with a margin: before allocating, not after the machine starts to swap."""
     if not str(device).startswith("cpu"):
@@ -95,9 +96,9 @@ def _guard(spec: ModelSpec, plan, device: str) -> None:
 
     need, have = int(plan.peak * GUARD_MARGIN), available_bytes(torch.device("cpu"))
     if need > have:
-        raise TfcalcError(f"device='cpu': a train step of {spec.label} peaks at about {plan.peak / 2**30:.1f} GiB by "
+        raise TfcalcError(f"{what}: a train step of {spec.label} peaks at about {plan.peak / 2**30:.1f} GiB by "
                           f"the plan ({need / 2**30:.1f} GiB with a margin) and {have / 2**30:.1f} GiB is available; "
-                          "use --device meta (measures without allocating), or smaller --n-layers/--seq-len")
+                          f"{hint}")
 
 
 def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
@@ -151,11 +152,14 @@ def check_parallel_memory(spec: ModelSpec, workload: Workload, precision: str, o
 
     check_measurable(layout)
     if recompute != "none":
-        raise TfcalcError(f"recompute={recompute!r}: the parallel check measures recompute 'none'")
+        raise TfcalcError(f"--recompute {recompute}: the parallel check measures --recompute none")
     if str(device).split(":")[0] != "meta":
-        raise TfcalcError(f"device={device!r}: the parallel check runs on the fake process group (--device meta); "
+        raise TfcalcError(f"--device {device}: the parallel check runs on the fake process group (--device meta); "
                           "on GPUs run tfcalc.verify.parallel.measure_rank_cuda under torchrun")
     plan = training_memory(spec, workload, precision, optimizer, recompute, layout)
+    if layout.dp > 1 and layout.zero == 0:  # DDP's step runs on real CPU tensors
+        _guard(spec, plan, "cpu", f"--dp {layout.dp} (DDP, measured on real CPU tensors: its reducer needs them)",
+               "use --zero 1, 2 or 3 (measured on fake tensors), or smaller --n-layers/--d-model/--seq-len")
     measured = measure_parallel_memory(spec, plan.workload, precision, optimizer, layout)
     rows = []
     for rank in measured.ranks:

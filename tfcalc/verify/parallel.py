@@ -157,11 +157,12 @@ def measure_parallel_memory(spec: ModelSpec, workload: Workload | None = None, p
         raise TfcalcError(f"{spec.label}: the parallel check shards decoder-only models of dense blocks (no "
                           "encoder-decoder, shared blocks or experts)")
     if layout.pp > 1 and (layout.tp > 1 or layout.dp > 1):
-        raise TfcalcError(f"pp={layout.pp}: the parallel check runs pipelining alone (dp 1, tp 1)")
-    if layout.dp > 1 and layout.zero == 0 and layout.tp > 1:
-        raise TfcalcError("dp with tp: measured with ZeRO 2 or 3 (FSDP2 over a 2-D mesh); DDP with TP is not built")
+        raise TfcalcError(f"--pp {layout.pp}: the parallel check runs pipelining alone (no --dp or --tp beside it)")
+    if layout.dp > 1 and layout.zero < 2 and layout.tp > 1:
+        raise TfcalcError(f"--dp {layout.dp} --tp {layout.tp}: measured with --zero 2 or 3 (FSDP2 over a 2-D mesh); "
+                          "DDP or ZeroRedundancyOptimizer over DTensors is not built")
     if layout.zero and layout.dp == 1:
-        raise TfcalcError(f"zero={layout.zero}: ZeRO shards over data-parallel GPUs; it needs dp > 1")
+        raise TfcalcError(f"--zero {layout.zero}: ZeRO shards over data-parallel GPUs; it needs --dp 2 or more")
     world = layout.gpus
     ranks = default_ranks(layout) if ranks is None else ranks
     for r in ranks:
