@@ -250,6 +250,9 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     return out, encoder_output
 
 
+LOOKUPS = ("token", "position", "token_type", "per_layer")  # an embedding's tables (`Table.kind`)
+
+
 def _sp_gathered(ops: tuple[Op, ...], a: int, layout: Layout) -> dict[str, int]:
     """Sequence parallelism as DTensor runs it (torch's convention): each column-parallel linear all-gathers its
     sequence-sharded input itself and keeps the gathered [T, k] for backward (a gate beside its up projection
@@ -543,10 +546,11 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     stage = StageMemory(index, dense + expert, states, activations, per_mb, microbatches, transient, step, tensors,
                         loss_transient=loss_grad, recv_buffers=recv_buffers)
     root = dense + expert - block_total
-    # the token table's gradient comes last in backward; the rest of the root's (the head's, the final norm's)
-    # exist from the loss's backward on, unsharded under FSDP2 until the root reduce-scatters them
-    table = 0 if token is None else _ceil(token.rows, layout.tp) * token.dim
-    return stage, raw, 2 * gather, (root * recipe.weights, (root - table) * recipe.grads)
+    # the embedding's tables get their gradients last in backward; the rest of the root's (the head's, the final
+    # norm's) exist from the loss's backward on, unsharded under FSDP2 until the root reduce-scatters them
+    tables = sum(sum(op.tensors(layout.tp, layout.ep, False)) for part in parts if not part.block
+                 for op in part.ops if op.role in LOOKUPS)
+    return stage, raw, 2 * gather, (root * recipe.weights, (root - tables) * recipe.grads)
 
 
 @dataclass(frozen=True)
