@@ -124,3 +124,25 @@ def test_cli_layout_flags_and_refusals():
     # DDP runs on real CPU tensors: a step bigger than the machine is refused before anything is allocated
     r = runner.invoke(app, ["check", "-p", "llama3.1-405b", "--memory", "--dp", "2"])  # terabytes a rank
     assert r.exit_code == 2 and "--dp 2 (DDP, measured on real CPU tensors" in r.output, r.output
+
+
+def test_fsdp_padding_named_and_computed():
+    # dp = 3 divides no first dimension of the llama: FSDP2 pads each to a multiple of 3. The weights' and
+    # gradients' shards hold the padded rows on every rank; the fp32 masters and AdamW's states are made from the
+    # unpadded local rows (the last rank's shorter). The check computes the bytes and names the cause.
+    from tfcalc.verify.memory_check import check_memory
+    from tfcalc.verify.parallel import fsdp_padding
+
+    report = check_memory(SPECS["llama"], W, layout=Layout(dp=3, zero=3))
+    assert report.match
+    rows = {r.category: r for r in report.rows}
+    # ceil(rows / 3) * values per row: table and head 334 * 256 each; per block the two norms 86, q/k/v 128 * 256,
+    # out 86 * 256, up and gate 171 * 256 each, down 86 * 512; the final norm 86
+    padded = 2 * 334 * 256 + 2 * (2 * 86 + 128 * 256 + 86 * 256 + 2 * 171 * 256 + 86 * 512) + 86
+    shapes = ((1000, 256),) * 2 + ((256, 1), (384, 256), (256, 256), (256, 1), (512, 256), (512, 256),
+                                   (256, 512)) * 2 + ((256, 1),)
+    assert fsdp_padding(shapes, 3, 0)[0] == padded
+    assert rows["rank 0: weights"].measured == 2 * padded == rows["rank 0: gradients"].measured
+    assert rows["rank 0: weights"].known == 2 * padded - rows["rank 0: weights"].analytic > 0
+    assert "FSDP2 pads" in rows["rank 2: master weights"].note
+    assert rows["rank 2: master weights"].measured < rows["rank 0: master weights"].measured

@@ -168,14 +168,21 @@ def check_parallel_memory(spec: ModelSpec, workload: Workload, precision: str, o
         mine = stage.stage.for_rank(rank.coords["dp"])
         states = mine.states
         where = f"rank {rank.rank}"
+        pad = _padding(rank, states, layout, precision, optimizer, stage.stage.tensors)
         known, note = known_activations(spec, plan.workload, layout, rank.coords["pp"],
                                         PRECISIONS[precision].activations)
         rows += [
-            MemoryRow(f"{where}: weights", states.weights, rank.weights, 0),
-            MemoryRow(f"{where}: gradients", states.gradients, rank.gradients, 0),
+            MemoryRow(f"{where}: weights", states.weights, rank.weights, 0, pad["note"] if pad["weights"] else "",
+                      known=pad["weights"]),
+            MemoryRow(f"{where}: gradients", states.gradients, rank.gradients, 0,
+                      pad["note"] if pad["gradients"] else "", known=pad["gradients"]),
             MemoryRow(f"{where}: optimizer states", states.optimizer_states, rank.optimizer_states, 0,
-                      f"AdamW's step counters included ({rank.step_counters:,} B)" if optimizer == "adamw" else ""),
-            MemoryRow(f"{where}: master weights", states.master_weights, rank.master_weights, 0),
+                      "; ".join(x for x in (f"AdamW's step counters included ({rank.step_counters:,} B)"
+                                            if optimizer == "adamw" else "",
+                                            pad["note"] if pad["optimizer states"] else "") if x),
+                      known=pad["optimizer states"]),
+            MemoryRow(f"{where}: master weights", states.master_weights, rank.master_weights, 0,
+                      pad["note"] if pad["master weights"] else "", known=pad["master weights"]),
             MemoryRow(f"{where}: activations", stage.activations, rank.activations, 0, note, known=known),
             MemoryRow(f"{where}: peak", mine.peak, rank.peak, PEAK_TOLERANCE,
                       f"at {rank.peak_at}; the plan's: {mine.peak_items()[0]}" + (
@@ -186,6 +193,32 @@ def check_parallel_memory(spec: ModelSpec, workload: Workload, precision: str, o
                                 for r in measured.ranks))
     return MemoryReport(spec, plan.workload, precision, optimizer, recompute, "fake process group",
                         tuple(rows), measured.seconds, notes, layout)
+
+
+def _padding(rank, states, layout: Layout, precision: str, optimizer: str, tensors: int) -> dict:
+    """FSDP2's padding, not in the plan: each tensor's first dimension padded to a multiple of dp in the shards the
+    weights and gradients live in, the fp32 masters and optimizer states made from the unpadded local shards (the
+    last ranks' shorter). The bytes by which the measurement must differ from the plan's even split, per
+    category (0 where the dimensions divide dp)."""
+    from .parallel import fsdp_padding
+
+    out = {"weights": 0, "gradients": 0, "optimizer states": 0, "master weights": 0, "note": ""}
+    if not rank.shapes:
+        return out
+    recipe = PRECISIONS[precision]
+    padded, local = fsdp_padding(rank.shapes, layout.dp, rank.coords["dp"])
+    from ..plan.training import OPTIMIZERS, STEP_COUNTER
+
+    counters = STEP_COUNTER * tensors if optimizer == "adamw" else 0
+    expected = {"weights": padded * recipe.weights, "gradients": padded * recipe.grads,
+                "optimizer states": local * recipe.state * OPTIMIZERS[optimizer] + counters,
+                "master weights": local * recipe.master}
+    planned = {"weights": states.weights, "gradients": states.gradients,
+               "optimizer states": states.optimizer_states, "master weights": states.master_weights}
+    out.update({k: expected[k] - planned[k] for k in expected})
+    out["note"] = (f"FSDP2 pads each tensor's first dimension to a multiple of dp={layout.dp} (padded shards: "
+                   f"{padded:,} values; this rank's unpadded: {local:,})")
+    return out
 
 
 def known_activations(spec: ModelSpec, workload: Workload, layout: Layout, stage: int = 0,

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -101,6 +101,9 @@ class RankMemory:
     peak: int  # MemTracker's peak total
     peak_at: str  # the moment: phase and innermost module
     peak_breakdown: dict[str, int]  # every category at the peak
+    # FSDP2 (tp 1): each parameter's (first dimension, values per row), which FSDP2 shards, padding the first
+    # dimension to a multiple of dp (`fsdp_padding`); () otherwise
+    shapes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,8 @@ def _measure_rank(spec, workload, precision, optimizer, layout: Layout, rank: in
 
             return pipeline_step(spec, workload, dtype, mixed, optimizer, layout, rank, mesh, explicit, dev)
         model, inputs, targets = _build(spec, workload, dtype, "none", explicit, dev)
+        shapes = tuple((p.shape[0], p.numel() // p.shape[0]) for p in model.parameters() if p.dim()) if (
+            layout.zero >= 2 and layout.tp == 1) else ()
         model, trainer, context = _parallelize(model, layout, mesh, optimizer, mixed, rank)
         with context():
             _step(model, inputs, targets, trainer)  # the optimizer's states exist after a first step
@@ -259,7 +264,7 @@ def _measure_rank(spec, workload, precision, optimizer, layout: Layout, rank: in
             marks: dict[str, dict] = {}
             with tracker:
                 _step(model, inputs, targets, trainer, tracker=tracker, marks=marks)
-        return _rank_memory(tracker, marks, trainer, dev, layout, rank)
+        return replace(_rank_memory(tracker, marks, trainer, dev, layout, rank), shapes=shapes)
 
 
 def _rank_memory(tracker: _Tracker, marks: dict, trainer: _Trainer, dev, layout: Layout, rank: int,
@@ -427,3 +432,15 @@ def measure_rank_cuda(spec: ModelSpec, workload: Workload, precision: str, optim
     rank = _measure_rank(spec, workload, precision, optimizer, layout, dist.get_rank(), explicit_attention, "cuda")
     torch.cuda.synchronize()
     return rank, torch.cuda.max_memory_allocated()
+
+
+def fsdp_padding(shapes: tuple[tuple[int, int], ...], dp: int, rank: int) -> tuple[int, int]:
+    """FSDP2 pads each parameter's first dimension to a multiple of dp: (values in this rank's padded shards, which
+    its weights and gradients hold; values in its unpadded local shards, which its fp32 masters and optimizer
+    states are made from: the last ranks' are shorter)."""
+    padded = local = 0
+    for rows, per_row in shapes:
+        chunk = -(-rows // dp)
+        padded += chunk * per_row
+        local += max(0, min(chunk, rows - rank * chunk)) * per_row
+    return padded, local
