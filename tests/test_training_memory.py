@@ -57,10 +57,17 @@ def test_sequence_parallel_and_recompute_forms():
     sbh = s * b * h
     layers = lambda m: sum(v for k, v in m.stage.activation_components.items()  # noqa: E731
                            if k.startswith(("attention", "mlp", "block")))
-    sp = training_memory(spec, w, recompute="none", layout=Layout(tp=t, sp=True), attention="eager")
+    # Korthikanti et al.'s (Megatron-LM's) convention: a column-parallel linear keeps its input sequence-sharded
+    sp = training_memory(spec, w, recompute="none", layout=Layout(tp=t, sp=True, framework="megatron"),
+                         attention="eager")
     assert layers(sp) == L * (Fraction(32 * sbh + 2 * a * s * s * b, t) + Fraction(2 * 2 * 4 * s * b, t))
+    # torch's (DTensor's): q/k/v and the MLP's up projection keep their all-gathered input, 2 bytes * sbh each
+    # instead of its 1/t share
+    torch_sp = training_memory(spec, w, recompute="none", layout=Layout(tp=t, sp=True))
+    assert layers(torch_sp) - layers(sp) == L * 2 * (2 * sbh - Fraction(2 * sbh, t))
     assert sp.korthikanti == L * Fraction(sbh, t) * (34 + Fraction(5 * a * s, h))
-    sel = training_memory(spec, w, recompute="selective", layout=Layout(tp=t, sp=True), attention="eager")
+    sel = training_memory(spec, w, recompute="selective", layout=Layout(tp=t, sp=True, framework="megatron"),
+                          attention="eager")
     assert layers(sel) == L * (Fraction(32 * sbh, t) + Fraction(2 * 2 * 4 * s * b, t))
     assert sel.korthikanti == L * Fraction(34 * sbh, t)
     full = training_memory(spec, w, recompute="full", layout=Layout(tp=t, sp=True), attention="eager")
@@ -177,7 +184,8 @@ def test_a_long_context_that_fits_nowhere_without_cp_gets_cp_and_sp():
     spec, w, h100 = load_preset("llama3.1-405b"), Workload(seq_len=131_072), 80 * 2**30
     m = training_memory(spec, w, recompute="full", capacity_bytes=h100, search={})
     best = m.smallest.layout
-    assert best.cp > 1 and best.sp and m.smallest.peak <= h100
+    # (sequence parallelism is searched on, and only means something with tp > 1)
+    assert best.cp > 1 and (best.sp or best.tp == 1) and m.smallest.peak <= h100
     assert training_memory(spec, w, recompute="full", layout=best).peak == m.smallest.peak
     # the same sizes with cp 1 (the GPUs it saves given to data parallelism) do not fit
     assert training_memory(spec, w, recompute="full", layout=Layout(dp=best.dp * best.cp, zero=best.zero, tp=best.tp,

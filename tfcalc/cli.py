@@ -764,6 +764,23 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                   "With --memory: fused (default: torch's scaled_dot_product_attention, which keeps q, k, v, its "
                   "output and a logsumexp per row) or eager (two matmuls and a softmax: its probabilities kept)."))]
               = None,
+              dp: Annotated[Optional[int], _training_opt("--dp", (
+                  "With --memory: data-parallel GPUs (DDP, or ZeRO by --zero), measured on torch's fake process "
+                  "group."), parser=_one, metavar="N")] = None,
+              zero: Annotated[Optional[int], _training_opt("--zero", (
+                  "With --memory: 1 ZeroRedundancyOptimizer, 2 or 3 FSDP2 (reshard_after_forward off or on)."),
+                  parser=_one, metavar="0-3")] = None,
+              tp: Annotated[Optional[int], _training_opt("--tp", (
+                  "With --memory: tensor-parallel GPUs (DTensor, loss_parallel)."), parser=_one, metavar="N")] = None,
+              sp: Annotated[Optional[bool], _training_opt("--sp", (
+                  "With --memory and --tp: sequence parallelism (SequenceParallel norms)."))] = None,
+              pp: Annotated[Optional[int], _training_opt("--pp", (
+                  "With --memory: pipeline stages (torch.distributed.pipelining, Schedule1F1B)."),
+                  parser=_one, metavar="N")] = None,
+              ep: Annotated[Optional[int], _training_opt("--ep", "With --memory: refused above 1 (no CPU path).",
+                                                         parser=_one, metavar="N")] = None,
+              cp: Annotated[Optional[int], _training_opt("--cp", "With --memory: refused above 1 (no CPU path).",
+                                                         parser=_one, metavar="N")] = None,
               no_transformers: Annotated[bool, typer.Option("--no-transformers", help=(
                   "With --hf-config: skip the check against transformers' own model class built from the "
                   "config."))] = False,
@@ -776,8 +793,10 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
     With a context (prefill, decode) the model keeps a KV cache. Exit code 0 when every row matches, 1 on a
     mismatch, 2 on bad input."""
+    layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp), ("ep", ep),
+                                      ("cp", cp)) if v is not None}
     given = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer), ("recompute", recompute),
-                                   ("attention", attention)) if v is not None]
+                                   ("attention", attention), *layout_flags.items()) if v is not None]
     tuned = adapters(lora_rank, lora_targets, dora)
     if tuned is not None:
         given.append(f"--lora-rank={lora_rank}")
@@ -791,7 +810,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                           "tokens for now (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
-                      recompute, fmt, as_json, tuned, attention)
+                      recompute, fmt, as_json, tuned, attention, layout_flags)
         return
     import_torch("tfcalc check")
     from .verify import check
@@ -849,14 +868,25 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
 
 def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer, recompute,
-                  fmt, as_json, tuned=None, attention=None) -> None:
-    from .plan.training import ATTENTION, OPTIMIZERS, PRECISIONS, RECOMPUTE
+                  fmt, as_json, tuned=None, attention=None, layout_flags: dict | None = None) -> None:
+    from .plan.training import ATTENTION, OPTIMIZERS, PRECISIONS, RECOMPUTE, Layout
+
+    layout_flags = layout_flags or {}
+    for name in ("ep", "cp"):
+        if layout_flags.get(name, 1) > 1:
+            from .verify.parallel import UNMEASURED
+
+            raise TfcalcError(f"--{name} {layout_flags[name]}: cannot be measured: {UNMEASURED[name]}")
+    if layout_flags.get("sp") and layout_flags.get("tp", 1) == 1:
+        raise TfcalcError("--sp: sequence parallelism needs --tp 2 or more")
+    layout = Layout(**layout_flags) if layout_flags else None
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
     _tokens_only(model_spec, "check --memory")
     workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
     precision, optimizer, recompute = precision or "bf16-mixed", optimizer or "adamw", recompute or "none"
-    attention = attention or "fused"
+    # a parallel layout is measured with eager attention (DTensor has no rule for torch's CPU flash kernel)
+    attention = attention or ("eager" if layout is not None and layout != Layout() else "fused")
     for name, value, allowed in (("precision", precision, PRECISIONS), ("optimizer", optimizer, OPTIMIZERS),
                                  ("recompute", recompute, RECOMPUTE), ("attention", attention, ATTENTION)):
         if value not in allowed:
@@ -881,7 +911,8 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
             raise TfcalcError(f"--attention fused: {model_spec.label} cannot be measured with torch's fused kernel "
                               f"here: {problem}; measure it with --attention eager")
     with _progress(f"measuring a train step with MemTracker on {device} ..."):
-        report = check_memory(model_spec, workload, precision, optimizer, recompute, device, attention, tuned)
+        report = check_memory(model_spec, workload, precision, optimizer, recompute, device, attention, tuned,
+                              layout)
     fmt = Format.json if as_json else fmt
     if fmt is Format.json:
         typer.echo(render.to_json(report.to_dict()))
@@ -892,6 +923,7 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     else:
         lines = [f"{model_spec.label}: {render.describe(model_spec)}",
                  f"workload: {render.describe_workload(workload, model_spec)}", f"device: {report.device}",
+                 *([f"layout: {report.layout.describe()}"] if report.layout is not None else []),
                  f"measured in {report.seconds:.1f} s"] + [f"note: {n}" for n in report.notes]
         _print_tables([render.memory_check_table(report)], fmt, lines)
         typer.echo("\n" + ("every category agrees" if report.match else "MISMATCH: see the rows without ✓"))
@@ -1107,6 +1139,10 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                activation_gib: Annotated[Optional[Fraction], _serve_opt("--activation-gib", (
                    "With --serve: the profiling pass's activation peak, GiB, as vLLM logs it (default: "
                    "tfcalc's estimate)."), parser=_fraction_text, metavar="GIB")] = None,
+               framework: Annotated[Optional[str], _training_opt("--framework", (
+                   "Whose conventions: torch (default: torch.distributed, what check --memory measures) or "
+                   "megatron (sequence parallelism keeps linears' inputs sharded, ZeRO-1 splits every tensor "
+                   "evenly, the vocab-parallel table's gradient sharded)."))] = None,
                plot: PlotOpt = None,
                lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
                fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
@@ -1137,7 +1173,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                           "tensor-parallel GPUs; it needs --tp 2 or more (got "
                           f"{'no --tp' if tp is None else '--tp 1'})")
     layout_flags = {k: v for k, v in (("dp", dp), ("zero", zero), ("tp", tp), ("sp", sp), ("pp", pp),
-                                      ("ep", ep), ("cp", cp)) if v is not None}
+                                      ("ep", ep), ("cp", cp), ("framework", framework)) if v is not None}
     training_flags = [f"--{k}" for k, v in (("precision", precision), ("optimizer", optimizer),
                                             ("recompute", recompute), ("attention", attention)) if v is not None]
     training_flags += [f"--{k}" for k in layout_flags]

@@ -446,6 +446,9 @@ def training_memory_table(m) -> Table:
         rows.append([f"· {name}", "", exact(value), binary_bytes(value)])
     rows += [["total (all of the above)", "", exact(m.total), binary_bytes(m.total)],
              ["peak (estimate)", "with the step's transients", exact(m.peak), binary_bytes(m.peak)]]
+    moment, items = s.peak_items()
+    rows.append(["peak at", moment, "", ""])
+    rows += [[f"· {name}", "", exact(value), binary_bytes(value)] for name, value in items.items() if value]
     if m.korthikanti is not None:
         rows.append(["activations, Korthikanti et al.", "published estimate", exact(m.korthikanti),
                      binary_bytes(m.korthikanti)])

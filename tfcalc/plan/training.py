@@ -112,6 +112,9 @@ def state_bytes(numel: int, optimizer: str, recipe: Recipe) -> int:
 # ---------------------------------------------------------------------------------------------------- layout
 
 
+FRAMEWORKS = ("torch", "megatron")
+
+
 @dataclass(frozen=True)
 class Layout:
     """A parallel layout: data parallel (with a ZeRO stage), tensor (with or without sequence parallelism),
@@ -124,6 +127,10 @@ class Layout:
     ep: int = 1
     cp: int = 1
     sp: bool = False
+    # whose conventions: "torch" (torch.distributed: what `tfcalc check --memory` measures) or "megatron"
+    # (Megatron-LM: sequence parallelism keeps the column-parallel linears' inputs sharded, the distributed
+    # optimizer splits every tensor evenly, the vocab-parallel table's gradient is sharded)
+    framework: str = "torch"
 
     @property
     def gpus(self) -> int:
@@ -133,11 +140,12 @@ class Layout:
         parts = [f"dp {self.dp}" + (f" (ZeRO-{self.zero})" if self.zero else ""),
                  f"tp {self.tp}" + (" + sp" if self.sp and self.tp > 1 else "")]
         parts += [f"{k} {v}" for k, v in (("pp", self.pp), ("ep", self.ep), ("cp", self.cp)) if v > 1]
-        return ", ".join(parts) + f": {self.gpus:,} GPU" + ("s" if self.gpus > 1 else "")
+        return (", ".join(parts) + f": {self.gpus:,} GPU" + ("s" if self.gpus > 1 else "")
+                + (f" ({self.framework})" if self.framework != "torch" else ""))
 
     def to_dict(self) -> dict:
         return {"dp": self.dp, "zero": self.zero, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp,
-                "sp": self.sp, "gpus": self.gpus}
+                "sp": self.sp, "framework": self.framework, "gpus": self.gpus}
 
 
 def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
@@ -149,6 +157,8 @@ def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
             problems.append(f"{name}={value!r}: expected a positive integer")
     if isinstance(layout.zero, bool) or layout.zero not in (0, 1, 2, 3):
         problems.append(f"zero={layout.zero!r}: expected 0, 1, 2 or 3")
+    if layout.framework not in FRAMEWORKS:
+        problems.append(f"framework={layout.framework!r}: expected one of {', '.join(FRAMEWORKS)}")
     if problems:
         raise TfcalcError("\n".join(problems))
     tp = layout.tp
@@ -367,6 +377,25 @@ def fp8_activations(ops: tuple[Op, ...], scaling: str, recompute: str, layout: L
     return out
 
 
+LOOKUPS = ("token", "position", "token_type", "per_layer")  # an embedding's tables (`Table.kind`)
+
+
+def _sp_gathered(ops: tuple[Op, ...], a: int, layout: Layout) -> dict[str, int]:
+    """Sequence parallelism as DTensor runs it (torch's convention): each column-parallel linear all-gathers its
+    sequence-sharded input itself and keeps the gathered [T, k] for backward (a gate beside its up projection
+    gathers its own copy); Megatron keeps the sharded input and gathers it again in backward, which is what
+    `Op.saved` counts. The bytes beyond that, per component."""
+    if not (layout.sp and layout.tp > 1):
+        return {}
+    out: dict[str, int] = {}
+    for op in ops:
+        if isinstance(op, Matmul) and op.split == "column" and op.m and not op.expert:
+            whole = _ceil(op.m * op.k * a, layout.cp)
+            sharded = 0 if op.shares_input else _ceil(op.m * op.k * a, layout.tp * layout.cp)
+            out[op.component] = out.get(op.component, 0) + whole - sharded
+    return out
+
+
 # --------------------------------------------------------------------------------------------------- stages
 
 
@@ -436,12 +465,42 @@ class StageMemory:
     trainable: int | None = None  # with adapters: the parameters they train on one GPU of this stage
     fp8_weights: int = 0  # FP8 recipes: the weights' FP8 copies TE caches across the step, with their scales
     fp8_scaling: int = 0  # FP8 delayed scaling: each quantizer's scale and amax history
+    # ZeRO-1 (torch's partition of whole tensors): each data-parallel rank's states, rank 0 first; () otherwise
+    rank_states: tuple[ModelStates, ...] = ()
+    rank_steps: tuple[int, ...] = ()  # and each one's step transient (its own largest tensor's fp32 gradient)
+    loss_transient: int = 0  # the loss's backward (part of `transient`): fp32 [tokens, V] tensors
+    # FSDP2: weights gathered beyond this GPU's shard from forward to the end of backward (the root's, which it
+    # does not reshard after forward; under ZeRO-2 every block's too) and the root's unsharded gradients (the
+    # head's, the final norm's) from the loss's backward on
+    gathered: int = 0
+    # the gradients exist while the activations do: DDP's buckets live through the step; under pipelining the
+    # gradients accumulate over the microbatches while later ones' activations are kept
+    grads_with_activations: bool = False
+    recv_buffers: int = 0  # pipelining's receive buffers, alive the whole step
+
+    def for_rank(self, dp_rank: int) -> StageMemory:
+        """This stage on one data-parallel rank: the same but under ZeRO-1, where each rank has its own states."""
+        if not self.rank_states:
+            return self
+        return replace(self, states=self.rank_states[dp_rank], transient_step=self.rank_steps[dp_rank])
+
+    def peak_items(self) -> tuple[str, dict[str, int]]:
+        """The moment of the peak and what is alive then, in bytes (they sum to `peak`)."""
+        s = self.states
+        states = {"weights": s.weights, "optimizer states": s.optimizer_states, "master weights": s.master_weights,
+                  "FP8 weight copies": self.fp8_weights, "FP8 scaling state": self.fp8_scaling,
+                  "receive buffers": self.recv_buffers}
+        backward = {**states, "gathered weights": self.gathered, "activations": self.activations,
+                    "gradients": s.gradients if self.grads_with_activations else 0,
+                    "backward transients": self.transient}
+        step = {**states, "gradients": s.gradients, "step transient": self.transient_step}
+        if sum(backward.values()) >= sum(step.values()):
+            return "start of backward", backward
+        return "end of backward, optimizer step", step
 
     @property
     def peak(self) -> int:
-        s = self.states
-        return (s.weights + s.optimizer_states + s.master_weights + self.fp8_weights + self.fp8_scaling
-                + max(self.activations + self.transient, s.gradients + self.transient_step))
+        return sum(self.peak_items()[1].values())
 
 
 @dataclass(frozen=True)
@@ -518,6 +577,8 @@ class TrainingMemory:
             "activations_bytes": self.activations, "microbatches_in_flight": s.microbatches,
             "activation_components": dict(s.activation_components),
             "transient_bytes": s.transient, "step_transient_bytes": s.transient_step,
+            "gathered_weights_bytes": s.gathered, "peak_moment": s.peak_items()[0],
+            "peak_items": dict(s.peak_items()[1]),
             "total_bytes": self.total, "peak_bytes": self.peak,
             "korthikanti_activations_bytes": self.korthikanti,
             "gpu": self.gpu_name, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
@@ -554,6 +615,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     largest_tensor = 0
     cross_input = 0
     fp8 = [0, 0]  # FP8 recipes: the weights' FP8 copies, the scaling state
+    block_total = 0  # parameters of the blocks (the rest, FSDP2's root, is gathered from forward to backward)
     for part in parts:
         block_params = 0
         for op in part.ops:
@@ -586,6 +648,9 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             copies, meta = fp8_states(part.ops, recipe.fp8, layout)
             sets = part.repeat if part.copies is None else part.copies
             fp8 = [fp8[0] + copies * sets, fp8[1] + meta * sets]
+        for component, extra in (_sp_gathered(part.ops, a, layout) if layout.framework == "torch" else {}).items():
+            full[component] = full.get(component, 0) + extra
+            totals[component] = totals.get(component, 0) + extra * repeat
         if kv:  # an encoder-decoder's encoder output: one tensor, kept once however many cross-attentions read it
             cross_input = kv
         # what an op brings back in its own backward whatever the mode (a checkpointed scan's intermediates)
@@ -616,45 +681,148 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             per_mb[what] = per_mb.get(what, 0) + _ceil(elements * (size or a), layout.cp)
         if part.block:
             gather = max(gather, block_params * recipe.weights)
+            block_total += block_params * (part.repeat if part.copies is None else part.copies)
     if cross_input:
         per_mb["encoder output"] = cross_input
     if last and not spec.lm_head:  # a bare encoder's loss: a scalar
         per_mb["loss"] = STAT_BYTES
+    residual = next((op for part in parts if part.block for op in part.ops if op.role == "residual"), None)
+    recv_buffers = 0
+    if pp > 1 and residual is not None:
+        # torch.distributed.pipelining keeps each microbatch's stage output until its backward (to send it and to
+        # run the backward from it): [T, D], the last stage's the logits [T, V / tp]; once per microbatch in flight
+        seq = (layout.tp if layout.sp and layout.tp > 1 else 1) * layout.cp
+        hidden = _ceil(residual.elements * a, seq)
+        head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
+        per_mb["stage output"] = hidden if not last or head_op is None else _ceil(
+            head_op.m * head_op.n * a, layout.tp * layout.cp)
+        # and a receive buffer per microbatch ([T, D]: activations from the stage before, gradients from the one
+        # after), made when the stage is built: pp microbatches here
+        recv_buffers = pp * hidden * ((index > 0) + (not last))
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     counter = STEP_COUNTER if optimizer == "adamw" else 0
     raw = [ModelStates(n * recipe.weights + (frozen_weight_bytes(frozen, recipe) if not is_expert else 0),
                        n * recipe.grads,
-                       sum((state_bytes(size, optimizer, recipe) + counter) * r for size, e, r in weights_numel
+                       sum(state_bytes(size, optimizer, recipe) * r for size, e, r in weights_numel
                            if e == is_expert), n * recipe.master)
            for n, is_expert in ((dense, False), (expert, True))]
+    # torch's own conventions beside the sharded figures (_Raw): AdamW's step counters are one per parameter
+    # tensor on every rank that steps it (ZeRO-3/FSDP2 shards each tensor: every rank keeps all its counters);
+    # DTensor's vocab-parallel token table gets its gradient whole (an untied table; a tied one is the head's,
+    # sharded by the column-parallel head)
+    token = next((op for part in parts for op in part.ops if op.role == "token"), None)
+    head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
+    untied = (token is not None and not (head_op is not None and head_op.weights == 0)
+              and layout.framework == "torch")
+    table_grad = (token.rows - _ceil(token.rows, layout.tp)) * token.dim * recipe.grads if untied else 0
+    # a mixed step casts the whole table gradient to fp32 and DTensor reshards it onto the master's shard
+    table_step = (token.rows + _ceil(token.rows, layout.tp)) * token.dim * 4 if table_grad and recipe.master else 0
+    dense_sizes = tuple(size for size, e, r in weights_numel if not e for _ in range(r))
+    expert_tensors = sum(r for _, e, r in weights_numel if e)
+    tied = next((op for part in parts for op in part.ops if op.role == "token"), None)
+    shared = tied is not None and head_op is not None and head_op.weights == 0 and not tuned  # frozen: no gradient
+    tied_step = 2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0
+    raw = _Raw(raw, counter, dense_sizes, expert_tensors, table_grad, table_step, tied_step, optimizer, recipe)
     states = _sharded(raw, layout)
     microbatches = pp - index
     activations = sum(per_mb.values()) * microbatches
     head = next((op for part in parts for op in part.ops if op.role == "head"), None)
-    loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * (STAT_BYTES + a)
+    # the loss's backward: two fp32 [tokens, V] tensors (the logits' gradient in fp32 and the log-softmax's), three
+    # of [tokens, V/tp] under loss_parallel
+    loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * STAT_BYTES * (
+        3 if layout.tp > 1 else 2)
     transient = recompute_extra + loss_grad  # with ZeRO-3, two blocks' gathered weights more (_plan)
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
-    # exist beside the gradients); the mixed-precision step: one parameter's fp32 gradient at a time
-    tied = next((op for part in parts for op in part.ops if op.role == "token"), None)
-    shared = tied is not None and head is not None and head.weights == 0 and not tuned  # frozen: no gradient
-    step = max(largest_tensor * 4 if recipe.master else 0,
-               2 * _ceil(tied.rows, layout.tp) * tied.dim * recipe.grads if shared else 0)
+    # exist beside the gradients: tied_step); the mixed-precision step: one parameter's fp32 gradient at a time
+    step = max(largest_tensor * 4 if recipe.master else 0, tied_step)
     tensors = sum(r for _, _, r in weights_numel)
     stage = StageMemory(index, dense + expert + frozen, states, activations, per_mb, microbatches, transient, step,
-                        tensors, dense + expert if tuned else None, fp8_weights=fp8[0], fp8_scaling=fp8[1])
-    return stage, raw, 2 * gather
+                        tensors, dense + expert if tuned else None, fp8_weights=fp8[0], fp8_scaling=fp8[1],
+                        loss_transient=loss_grad, recv_buffers=recv_buffers)
+    root = dense + expert + frozen - block_total
+    # the embedding's tables get their gradients last in backward; the rest of the root's (the head's, the final
+    # norm's) exist from the loss's backward on, unsharded under FSDP2 until the root reduce-scatters them
+    tables = sum(sum(op.tensors(layout.tp, layout.ep, False)) for part in parts if not part.block
+                 for op in part.ops if op.role in LOOKUPS)
+    return stage, raw, 2 * gather, (root * recipe.weights, (root - tables) * recipe.grads)
 
 
-def _sharded(raw: list[ModelStates], layout: Layout) -> ModelStates:
-    """The dense and the experts' states (unsharded) on one GPU of `layout`: ZeRO over dp x cp, the experts' over
-    dp x cp / ep."""
+@dataclass(frozen=True)
+class _Raw:
+    """A stage's states before ZeRO: the dense and the experts' ModelStates (optimizer states without AdamW's step
+    counters), the counter's bytes per tensor, the dense tensors' sizes (this GPU's share of each, one entry per
+    tensor), and the vocab-parallel table's gradient beyond its shard."""
+
+    states: list[ModelStates]
+    counter: int
+    dense_sizes: tuple[int, ...]
+    expert_tensors: int
+    table_grad: int
+    table_step: int  # the mixed step's fp32 copies of that whole gradient and its shard
+    tied_step: int  # the end of backward's sum of a tied table's two gradients
+    optimizer: str
+    recipe: Recipe
+
+
+def zero1_partition(sizes: tuple[int, ...], dp: int) -> list[list[int]]:
+    """torch's ZeroRedundancyOptimizer partition: whole tensors, largest first, each to the rank holding the fewest
+    values so far (the lowest rank on a tie)."""
+    ranks: list[list[int]] = [[] for _ in range(dp)]
+    totals = [0] * dp
+    for size in sorted(sizes, reverse=True):
+        r = totals.index(min(totals))
+        ranks[r].append(size)
+        totals[r] += size
+    return ranks
+
+
+def _zero1_rank(raw: _Raw, sizes: list[int]) -> tuple[int, int, int]:
+    """(optimizer states, step counters, master weights) of one ZeRO-1 rank holding whole tensors of `sizes`."""
+    return (sum(state_bytes(n, raw.optimizer, raw.recipe) for n in sizes), raw.counter * len(sizes),
+            sum(sizes) * raw.recipe.master)
+
+
+def zero1_ranks(raw: _Raw, dp: int) -> list[tuple[int, int, int]]:
+    return [_zero1_rank(raw, sizes) for sizes in zero1_partition(raw.dense_sizes, dp)]
+
+
+def _rank_states(raw: _Raw, layout: Layout) -> tuple[ModelStates, ...]:
+    """Under ZeRO-1 of a dense model, every data-parallel rank's states (they differ: whole tensors each)."""
     shard = layout.dp * layout.cp
-    (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, layout.zero, n)
-                        for r, n in zip(raw, (shard, shard // layout.ep)))
-    return ModelStates(dense.weights + experts.weights, dense.gradients + experts.gradients,
-                       dense.optimizer_states + experts.optimizer_states,
+    if layout.zero != 1 or shard == 1 or raw.states[1].weights or layout.framework != "torch":
+        return ()
+    whole = _sharded(raw, replace(layout, zero=0))
+    return tuple(replace(whole, optimizer_states=o + c, master_weights=m) for o, c, m in zero1_ranks(raw, shard))
+
+
+def _rank_steps(raw: _Raw, layout: Layout) -> tuple[int, ...]:
+    """Under ZeRO-1 (as `_rank_states`), each rank's step transient: a mixed step casts one of its own tensors'
+    gradient to fp32 at a time."""
+    if not _rank_states(raw, layout):
+        return ()
+    return tuple(max(4 * max(sizes, default=0) if raw.recipe.master else 0, raw.tied_step)
+                 for sizes in zero1_partition(raw.dense_sizes, layout.dp * layout.cp))
+
+
+def _sharded(raw: _Raw, layout: Layout) -> ModelStates:
+    """The dense and the experts' states (unsharded) on one GPU of `layout`: ZeRO over dp x cp, the experts' over
+    dp x cp / ep. ZeRO-1 without experts gives whole tensors to ranks as torch's ZeroRedundancyOptimizer does
+    (the rank with the most optimizer bytes is reported); AdamW's step counters are never split."""
+    shard = layout.dp * layout.cp
+    # ZeRO-2 as FSDP2 runs it: the weights are resharded after backward (gathered in between: StageMemory.gathered)
+    zero = 3 if layout.zero == 2 else layout.zero
+    (dense, experts) = (_shard(r.weights, r.gradients, r.optimizer_states, r.master_weights, zero, n)
+                        for r, n in zip(raw.states, (shard, shard // layout.ep)))
+    counters = raw.counter * (len(raw.dense_sizes) + raw.expert_tensors)
+    if layout.zero == 1 and shard > 1 and not raw.states[1].weights and layout.framework == "torch":
+        optimizer, counters, master = max(zero1_ranks(raw, shard), key=lambda t: (t[0] + t[1] + t[2]))
+        dense = replace(dense, optimizer_states=optimizer, master_weights=master)
+    grads = dense.gradients + experts.gradients + (raw.table_grad if layout.zero < 2 else 0)
+    return ModelStates(dense.weights + experts.weights, grads,
+                       dense.optimizer_states + experts.optimizer_states + counters,
                        dense.master_weights + experts.master_weights)
+
 
 
 def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: Layout,
@@ -687,7 +855,8 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
 def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mixed", optimizer: str = "adamw",
                     recompute: str = "none", layout: Layout | None = None, capacity_bytes: int | None = None,
                     gpu_name: str | None = None, search: dict | None = None,
-                    adapters: Adapters | None = None, attention: str = "fused") -> TrainingMemory:
+                    adapters: Adapters | None = None, attention: str = "fused",
+                    stage: int | None = None) -> TrainingMemory:
     """Training memory per GPU of `spec` on a train `workload` (its batch_size the micro batch), with a recipe,
     an optimizer, a recomputation policy, an attention kernel ("fused": FlashAttention or torch SDPA's fused
     kernels, no N x N tensor kept; "eager": two matmuls and a softmax, its probabilities kept) and a parallel
@@ -731,8 +900,10 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
             raise TfcalcError(f"lora_rank={adapters.rank}: adapters' memory is not modelled for a parallel block "
                               f"(parallel_block={spec.parallel_block!r}: attention and MLP read one input)")
     cache: dict = {"adapters": adapters}
+    if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < layout.pp):
+        raise TfcalcError(f"stage={stage!r}: expected a pipeline stage from 0 to {layout.pp - 1}")
     result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, cache,
-                   attention=attention)
+                   attention=attention, only=stage)
     if search is not None and capacity_bytes is not None:
         if adapters is not None:
             search = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "sp": False, **search}
@@ -742,7 +913,7 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
 
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
-          cache: dict, estimate: bool = True, attention: str = "fused") -> TrainingMemory:
+          cache: dict, estimate: bool = True, attention: str = "fused", only: int | None = None) -> TrainingMemory:
     key = layout.pp, recompute, attention
     adapters = cache.get("adapters")
     if key not in cache:
@@ -750,15 +921,29 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
     all_parts = cache[key]
     stages = []
     for i, parts in enumerate(all_parts):  # a stage's figures once per shape; ZeRO and dp only reshard them
-        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, recompute, precision, optimizer,
-                 attention)
+        shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, layout.framework, recompute,
+                 precision, optimizer, attention)
         if shape not in cache:
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
                                          i == layout.pp - 1, adapters is not None, attention)
-        base, raw, gather = cache[shape]
-        stages.append(replace(base, states=_sharded(raw, layout),
-                              transient=base.transient + (gather if layout.zero >= 3 else 0)))
-    worst = max(stages, key=lambda s: (s.peak, -s.stage))
+        base, raw, gather, (root, root_grads) = cache[shape]
+        states = _sharded(raw, layout)
+        transient, gathered = base.transient, 0
+        shard = layout.dp * layout.cp
+        if layout.zero >= 3:  # a block's backward: its gathered weights, its unsharded gradients and their
+            # reduce-scattered shard (`gather` is two blocks' weights), never at the same moment as the loss's
+            # backward; the root's weights stay gathered (a copy beside the shard) from forward to backward
+            transient = base.transient - base.loss_transient + max(base.loss_transient,
+                                                                   gather + _ceil(gather // 2, shard))
+            gathered = root + root_grads
+        elif layout.zero == 2:  # reshard_after_forward=False: every weight gathered from forward to backward
+            gathered = sum(r.weights for r in raw.states) + root_grads
+        coexist = (layout.dp * layout.cp > 1 and layout.zero == 0) or layout.pp > 1
+        step = max(base.transient_step, raw.table_step if layout.zero < 2 else 0)
+        stages.append(replace(base, states=states, rank_states=_rank_states(raw, layout),
+                              rank_steps=_rank_steps(raw, layout), transient=transient,
+                              transient_step=step, gathered=gathered, grads_with_activations=coexist))
+    worst = max(stages, key=lambda s: (s.peak, -s.stage)) if only is None else stages[only]
     published = (_korthikanti(spec, workload, recompute, layout, worst, all_parts[worst.stage], attention)
                  if estimate and adapters is None and not recipe.fp8 else None)  # full 16-bit training's figure
     return TrainingMemory(spec, workload, precision, optimizer, recompute, layout, worst,
@@ -863,6 +1048,7 @@ def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str,
                                                if spec.is_moe else [1])
     zeros = [fixed["zero"]] if "zero" in fixed else [0, 1, 2, 3]
     dps = [fixed["dp"]] if "dp" in fixed else _powers(MAX_GPUS)
+    framework = fixed.get("framework", "torch")
     best, best_key = None, None
     # the sizes with the fewest GPUs first (dp * cp must be a multiple of ep): once one fits, no size that needs
     # more GPUs than it is looked at
@@ -871,12 +1057,12 @@ def _search(spec: ModelSpec, workload: Workload, recipe: Recipe, precision: str,
     for fewest, pp, tp, cp, sp, ep in sizes:
         if best_key is not None and fewest > best_key[0]:
             break
-        if _beyond(spec, workload, recipe, precision, optimizer, recompute, Layout(1, 0, tp, pp, ep, cp, sp),
-                   capacity_bytes, caches, attention):
+        if _beyond(spec, workload, recipe, precision, optimizer, recompute,
+                   Layout(1, 0, tp, pp, ep, cp, sp, framework), capacity_bytes, caches, attention):
             continue
         for zero in zeros:
             for dp in dps:
-                layout = Layout(dp, zero, tp, pp, ep, cp, sp)
+                layout = Layout(dp, zero, tp, pp, ep, cp, sp, framework)
                 if layout.gpus > MAX_GPUS or (dp * cp) % ep:
                     continue
                 if best_key is not None and layout.gpus > best_key[0]:
