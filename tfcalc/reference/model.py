@@ -229,7 +229,8 @@ class StackModule(nn.Module):
         """keep > 0 (a prefill with KV sharing): from the first block that shares keys and values on, only the last
         `keep` positions (the scored ones) go on, as transformers' generate runs them."""
         x = self.embedding(tokens, token_types, context, table)  # tokens [B, N] (or images [B, C, H, W])
-        N = x.shape[1]
+        # the sequence's length: the tokens' (x may hold a sequence-parallel shard of it), or the patches'
+        N = tokens.shape[1] if tokens.dim() == 2 else x.shape[1]
         per_layer = None if self.embedding.per_layer is None else self.embedding.per_layer_inputs(tokens, x)
         if self.kv_sharing:  # a fresh store of keys and values for the blocks that share them
             store: dict = {}
