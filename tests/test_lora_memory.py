@@ -136,3 +136,29 @@ def test_cli_check_memory_lora():
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["match"] and all(r["difference"] == 0 for r in report["rows"][:5])
+
+
+def test_qlora_freezes_the_model_as_the_quantized_checkpoint_stores_it():
+    # QLoRA: Llama-2-7B's frozen weights as bitsandbytes stores them in NF4 with double quantization
+    # (tests/test_quant.py shows the arithmetic: 32 x (4 x 8,655,936 + 3 x 23,260,992) quantized + 524,820,480 of
+    # bf16 tables, norms and head = 3,865,835,520); the adapters' gradients, states and masters are LoRA's
+    spec, w = load_preset("llama2-7b"), Workload(seq_len=512)
+    qlora = training_memory(spec, w, adapters=Adapters(16), quant="nf4")
+    lora = training_memory(spec, w, adapters=Adapters(16))
+    assert qlora.to_dict()["frozen_weights_bytes"] == 3_865_835_520
+    assert lora.to_dict()["frozen_weights_bytes"] == 2 * 6_738_415_616  # LlamaForCausalLM's parameters in bf16
+    same = ("gradients", "optimizer_states", "master_weights", "activations")
+    assert [getattr(qlora, f) for f in same] == [getattr(lora, f) for f in same]
+    # bitsandbytes dequantizes one weight to bf16 for each matmul: the largest, 4096 x 11008, is a transient more
+    assert qlora.stage.transient - lora.stage.transient == 4096 * 11008 * 2
+    assert qlora.to_dict()["quant"]["format"] == "nf4"
+
+
+def test_a_quantized_model_trains_only_adapters():
+    spec, w = small("llama2-7b")
+    with pytest.raises(TfcalcError, match=r"quant='nf4': a quantized model trains adapters on its frozen weights"):
+        training_memory(spec, w, quant="nf4")
+    r = CliRunner().invoke(app, ["memory", "-p", "llama2-7b", "--phase", "train", "--quant", "nf4"])
+    assert r.exit_code == 2 and "--quant: an inference flag" in r.output
+    r = CliRunner().invoke(app, ["memory", "-p", "llama2-7b", "--lora-rank", "16", "--quant", "nf4", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["frozen_weights_bytes"] == 3_865_835_520

@@ -1180,7 +1180,9 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     tuned = adapters(lora_rank, lora_targets, dora)
     if tuned is not None:
         training_flags.append(f"--lora-rank={lora_rank}")
-    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype), ("--quant", quant),
+    # --quant with adapters is their frozen model's format (QLoRA): a training flag then
+    inference_flags = [f for f, v in (("--dtype", dtype), ("--kv-dtype", kv_dtype),
+                                      ("--quant", quant if tuned is None else None),
                                       ("--context", context if "context" not in axes else axes["context"]))
                        if v is not None]
     inference_tp = None  # --tp with an inference flag or phase: the weights and KV cache per GPU
@@ -1202,7 +1204,8 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     axis = _single_axis(axes, len(presets), "memory") if plot is not None else None
     path = _plot_start(plot)
     capacity = name = None
-    q = None if training else _quant(quant, hf_config, dtype)
+    # inference: the weights as stored; adapters: their frozen model's (QLoRA); full training: the recipe's
+    q = _quant(quant, hf_config, None if training else dtype) if not training or tuned is not None else None
     if gpu is not None:
         from .plan.gpus import lookup
 
@@ -1219,7 +1222,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
             workload = workload_for(p.spec, "train", None, src, tgt, p.overrides.get("seq_len"))
             return training_memory(p.spec, workload, precision or "bf16-mixed", optimizer or "adamw",
                                    recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags,
-                                   adapters=tuned, attention=attention or "fused")
+                                   adapters=tuned, attention=attention or "fused", quant=q)
         from .plan.memory import inference_memory
 
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))

@@ -428,7 +428,9 @@ def training_memory_table(m) -> Table:
     if m.adapters is not None:  # the frozen model's weights and the adapters' apart; the rest is the adapters'
         d = m.to_dict()
         frozen, trainable = d["frozen_weights_bytes"], m.weights - d["frozen_weights_bytes"]
-        rows[1:1] = [["· frozen model", f"{s.params - s.trainable:,} params", exact(frozen), binary_bytes(frozen)],
+        stored = "" if m.quant is None else f", {m.quant.name}"  # QLoRA: the frozen model quantized
+        rows[1:1] = [["· frozen model", f"{s.params - s.trainable:,} params{stored}", exact(frozen),
+                      binary_bytes(frozen)],
                      ["· adapters", f"{s.trainable:,} params", exact(trainable), binary_bytes(trainable)]]
         rows[3][1] = f"{recipe}, adapters only"
         rows[4][1] = f"{m.optimizer}, adapters only"

@@ -463,6 +463,7 @@ class StageMemory:
     transient_step: int  # the end of backward's (a tied table's gradients summed) or the step's extra
     tensors: int = 0  # parameter tensors on one GPU of this stage (each a weight, a gradient, its states)
     trainable: int | None = None  # with adapters: the parameters they train on one GPU of this stage
+    frozen_bytes: int = 0  # with adapters: the frozen model's weights on one GPU of this stage (QLoRA: quantized)
     fp8_weights: int = 0  # FP8 recipes: the weights' FP8 copies TE caches across the step, with their scales
     fp8_scaling: int = 0  # FP8 delayed scaling: each quantizer's scale and amax history
     # ZeRO-1 (torch's partition of whole tensors): each data-parallel rank's states, rank 0 first; () otherwise
@@ -518,6 +519,7 @@ class TrainingMemory:
     gpu_name: str | None = None
     smallest: TrainingMemory | None = field(default=None, compare=False)
     adapters: Adapters | None = None  # a fine-tuning step of adapters on the frozen model
+    quant: object = None  # with adapters: the frozen model's quantized format (QLoRA), a tfcalc.plan.quant.Quant
     attention: str = "fused"
     reason: str = ""  # the smallest layout's: why this one among those with as few GPUs
 
@@ -585,26 +587,24 @@ class TrainingMemory:
             "smallest_layout": None if self.smallest is None else {
                 **self.smallest.layout.to_dict(), "peak_bytes": self.smallest.peak, "reason": self.smallest.reason},
             **({"adapters": self.adapters.to_dict(), "trainable_params_per_gpu": s.trainable,
-                "frozen_weights_bytes": frozen_weight_bytes(s.params - s.trainable, PRECISIONS[self.precision])}
+                "frozen_weights_bytes": s.frozen_bytes,
+                "quant": None if self.quant is None else self.quant.to_dict()}
                if self.adapters is not None else {}),
         }
 
 
-def frozen_weight_bytes(numel: int, recipe: Recipe) -> int:
-    """Bytes of `numel` frozen weights (adapters train, the model does not): in the recipe's weight dtype, no
-    gradient, no optimizer state, no master copy. One function, so that a quantized base can replace it."""
-    return numel * recipe.weights
-
-
 def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recipe, optimizer: str,
                   recompute: str, layout: Layout, last: bool, tuned: bool = False,
-                  attention: str = "fused") -> StageMemory:
+                  attention: str = "fused", quant=None) -> StageMemory:
     """One stage's memory. `tuned`: adapters train on frozen weights (the parts' records carry them): the model's
     weights are frozen bytes alone, the adapters' tensors get the recipe's gradients, states and masters, and each
-    op keeps what the adapters' backward needs (no gradient flows before the first adapter). `attention`: the
-    kernel the attention cores run (fused or eager)."""
+    op keeps what the adapters' backward needs (no gradient flows before the first adapter); `quant`: the frozen
+    weights stored quantized (QLoRA: bitsandbytes dequantizes one linear's weight at a time, forward and backward).
+    `attention`: the kernel the attention cores run (fused or eager)."""
+    from .quant import record_bytes
+
     pp = layout.pp
-    frozen = 0
+    frozen = frozen_bytes = dequantized = 0
     grad = False
     dense = expert = 0
     weights_numel: list[tuple[int, bool, int]] = []  # (size, a routed expert's?, how many)
@@ -625,6 +625,10 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
             block_params += sum(sizes)
             if tuned:
                 frozen += sum(sizes) * sets
+                _, stored, quantized, _ = record_bytes(op, quant, layout.tp, layout.ep, copy_tied, recipe.weights)
+                frozen_bytes += stored * sets
+                if quantized:  # one matrix dequantized to the activation dtype while its matmul runs
+                    dequantized = max(dequantized, max(k * n for k, n, _ in op.matrices(layout.tp)) * a)
                 sizes = op.adapter_tensors() if op.lora is not None else []
                 block_params += sum(sizes)
             for n in sizes:
@@ -702,7 +706,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     counter = STEP_COUNTER if optimizer == "adamw" else 0
-    raw = [ModelStates(n * recipe.weights + (frozen_weight_bytes(frozen, recipe) if not is_expert else 0),
+    raw = [ModelStates(n * recipe.weights + (frozen_bytes if not is_expert else 0),
                        n * recipe.grads,
                        sum(state_bytes(size, optimizer, recipe) * r for size, e, r in weights_numel
                            if e == is_expert), n * recipe.master)
@@ -732,13 +736,15 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     # of [tokens, V/tp] under loss_parallel
     loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * STAT_BYTES * (
         3 if layout.tp > 1 else 2)
-    transient = recompute_extra + loss_grad  # with ZeRO-3, two blocks' gathered weights more (_plan)
+    # with ZeRO-3, two blocks' gathered weights more (_plan); a quantized frozen model, one dequantized matrix
+    transient = recompute_extra + loss_grad + dequantized
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
     # exist beside the gradients: tied_step); the mixed-precision step: one parameter's fp32 gradient at a time
     step = max(largest_tensor * 4 if recipe.master else 0, tied_step)
     tensors = sum(r for _, _, r in weights_numel)
     stage = StageMemory(index, dense + expert + frozen, states, activations, per_mb, microbatches, transient, step,
-                        tensors, dense + expert if tuned else None, fp8_weights=fp8[0], fp8_scaling=fp8[1],
+                        tensors, dense + expert if tuned else None, frozen_bytes=frozen_bytes,
+                        fp8_weights=fp8[0], fp8_scaling=fp8[1],
                         loss_transient=loss_grad, recv_buffers=recv_buffers)
     root = dense + expert + frozen - block_total
     # the embedding's tables get their gradients last in backward; the rest of the root's (the head's, the final
@@ -856,15 +862,23 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
                     recompute: str = "none", layout: Layout | None = None, capacity_bytes: int | None = None,
                     gpu_name: str | None = None, search: dict | None = None,
                     adapters: Adapters | None = None, attention: str = "fused",
-                    stage: int | None = None) -> TrainingMemory:
+                    stage: int | None = None, quant=None) -> TrainingMemory:
     """Training memory per GPU of `spec` on a train `workload` (its batch_size the micro batch), with a recipe,
     an optimizer, a recomputation policy, an attention kernel ("fused": FlashAttention or torch SDPA's fused
     kernels, no N x N tensor kept; "eager": two matmuls and a softmax, its probabilities kept) and a parallel
     layout; the worst pipeline stage. With a GPU's capacity, whether it fits; with `search` (the layout fields the
     user fixed), also the smallest layout that fits. With `adapters` (`tfcalc.Adapters`): a fine-tuning step of
-    LoRA/DoRA adapters on the frozen model (data parallel and ZeRO only)."""
+    LoRA/DoRA adapters on the frozen model (data parallel and ZeRO only); with `quant` too (a format's name or a
+    `tfcalc.plan.quant.Quant`), the frozen model stored quantized: QLoRA."""
     if adapters is not None and not isinstance(adapters, Adapters):
         raise TfcalcError(f"adapters: expected a tfcalc.Adapters or None, got {type(adapters).__name__}")
+    if quant is not None:
+        from .quant import as_quant
+
+        quant = as_quant(quant)
+    if quant is not None and adapters is None:
+        raise TfcalcError(f"quant={quant.name!r}: a quantized model trains adapters on its frozen weights (QLoRA); "
+                          "give adapters (--lora-rank)")
     if not isinstance(workload, Workload) or workload.phase != "train":
         raise TfcalcError("workload: training memory is for phase 'train' (inference memory is "
                           "tfcalc.plan.memory.inference_memory)")
@@ -899,7 +913,9 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
         if spec.parallel_block != "none":
             raise TfcalcError(f"lora_rank={adapters.rank}: adapters' memory is not modelled for a parallel block "
                               f"(parallel_block={spec.parallel_block!r}: attention and MLP read one input)")
-    cache: dict = {"adapters": adapters}
+    if quant is not None and recipe.fp8:
+        raise TfcalcError(f"quant={quant.name!r}: an FP8 recipe's frozen weights are not modelled quantized")
+    cache: dict = {"adapters": adapters, "quant": quant}
     if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < layout.pp):
         raise TfcalcError(f"stage={stage!r}: expected a pipeline stage from 0 to {layout.pp - 1}")
     result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, cache,
@@ -908,24 +924,24 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
         if adapters is not None:
             search = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "sp": False, **search}
         result = replace(result, smallest=smallest_layout(spec, workload, precision, optimizer, recompute,
-                                                          capacity_bytes, search, adapters, attention))
-    return replace(result, adapters=adapters)
+                                                          capacity_bytes, search, adapters, attention, quant))
+    return replace(result, adapters=adapters, quant=quant)
 
 
 def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name,
           cache: dict, estimate: bool = True, attention: str = "fused", only: int | None = None) -> TrainingMemory:
     key = layout.pp, recompute, attention
-    adapters = cache.get("adapters")
+    adapters, quant = cache.get("adapters"), cache.get("quant")
     if key not in cache:
         cache[key] = _stages(spec, workload, layout.pp, recompute, attention, adapters)
     all_parts = cache[key]
     stages = []
     for i, parts in enumerate(all_parts):  # a stage's figures once per shape; ZeRO and dp only reshard them
         shape = ("stage", i, layout.pp, layout.tp, layout.ep, layout.cp, layout.sp, layout.framework, recompute,
-                 precision, optimizer, attention)
+                 precision, optimizer, attention, quant and quant.name)
         if shape not in cache:
             cache[shape] = _stage_memory(i, parts, spec, recipe, optimizer, recompute, replace(layout, dp=1, zero=0),
-                                         i == layout.pp - 1, adapters is not None, attention)
+                                         i == layout.pp - 1, adapters is not None, attention, quant)
         base, raw, gather, (root, root_grads) = cache[shape]
         states = _sharded(raw, layout)
         transient, gathered = base.transient, 0
@@ -976,7 +992,7 @@ def _beyond(spec, workload, recipe, precision, optimizer, recompute, layout, cap
 
 def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimizer: str, recompute: str,
                     capacity_bytes: int, fixed: dict, adapters: Adapters | None = None,
-                    attention: str = "fused") -> TrainingMemory | None:
+                    attention: str = "fused", quant=None) -> TrainingMemory | None:
     """The layout with the fewest GPUs whose worst stage's peak fits in `capacity_bytes`, keeping the layout
     fields in `fixed` as given. Searched: tp 1-8 (one node), pp and dp powers of two, ZeRO 0-3, ep powers of two
     dividing n_experts. Among the layouts with the fewest GPUs the simplest wins (`_simplest`): plain data
@@ -985,7 +1001,7 @@ def smallest_layout(spec: ModelSpec, workload: Workload, precision: str, optimiz
     fits without them (a long context). The plan's `reason` says why this layout. None when nothing up to 65,536
     GPUs fits."""
     recipe = PRECISIONS[precision]
-    caches: dict = {"adapters": adapters}
+    caches: dict = {"adapters": adapters, "quant": quant}
     best = _search(spec, workload, recipe, precision, optimizer, recompute, capacity_bytes, fixed, caches,
                    [fixed.get("cp", 1)], [fixed.get("sp", False)], attention)
     widened = False
