@@ -69,7 +69,7 @@ def test_selective_recomputation_under_fused_keeps_only_q_k_v_and_brings_one_cor
     sbh = s * b * h
     assert cores(sel) == L * 3 * sbh * 2
     assert none.activations - sel.activations == L * (sbh * 2 + b * a_h * s * 4)
-    assert sel.stage.transient - none.stage.transient == sbh * 2 + b * a_h * s * 4
+    assert sel.stage.block_transient - none.stage.block_transient == sbh * 2 + b * a_h * s * 4
     # full recomputation keeps each block's input whatever the kernel
     full = [training_memory(spec, w, recompute="full", attention=k).activations for k in ("fused", "eager")]
     assert full[0] == full[1]

@@ -150,7 +150,7 @@ def test_qlora_freezes_the_model_as_the_quantized_checkpoint_stores_it():
     same = ("gradients", "optimizer_states", "master_weights", "activations")
     assert [getattr(qlora, f) for f in same] == [getattr(lora, f) for f in same]
     # bitsandbytes dequantizes one weight to bf16 for each matmul: the largest, 4096 x 11008, is a transient more
-    assert qlora.stage.transient - lora.stage.transient == 4096 * 11008 * 2
+    assert qlora.stage.block_transient - lora.stage.block_transient == 4096 * 11008 * 2
     assert qlora.to_dict()["quant"]["format"] == "nf4"
 
 

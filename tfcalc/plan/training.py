@@ -469,7 +469,8 @@ class StageMemory:
     # ZeRO-1 (torch's partition of whole tensors): each data-parallel rank's states, rank 0 first; () otherwise
     rank_states: tuple[ModelStates, ...] = ()
     rank_steps: tuple[int, ...] = ()  # and each one's step transient (its own largest tensor's fp32 gradient)
-    loss_transient: int = 0  # the loss's backward (part of `transient`): fp32 [tokens, V] tensors
+    loss_transient: int = 0  # the loss's backward: fp32 [tokens, V] tensors
+    block_transient: int = 0  # a block's backward: what it recomputes or brings back (`transient`: the larger)
     # FSDP2: weights gathered beyond this GPU's shard from forward to the end of backward (the root's, which it
     # does not reshard after forward; under ZeRO-2 every block's too) and the root's unsharded gradients (the
     # head's, the final norm's) from the loss's backward on
@@ -736,8 +737,11 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     # of [tokens, V/tp] under loss_parallel
     loss_grad = 0 if head is None else _ceil(head.m * head.n, layout.tp * layout.cp) * STAT_BYTES * (
         3 if layout.tp > 1 else 2)
-    # with ZeRO-3, two blocks' gathered weights more (_plan); a quantized frozen model, one dequantized matrix
-    transient = recompute_extra + loss_grad + dequantized
+    # the loss's backward is done (its tensors freed) before the first block's backward recomputes or brings back
+    # anything: the larger of the two; with ZeRO-3, two blocks' gathered weights more (_plan); a quantized frozen
+    # model, one dequantized matrix
+    block_transient = recompute_extra + dequantized
+    transient = max(block_transient, loss_grad)
     # the end of backward: a token table the head shares gets its two gradients summed (the new one and the sum
     # exist beside the gradients: tied_step); the mixed-precision step: one parameter's fp32 gradient at a time
     step = max(largest_tensor * 4 if recipe.master else 0, tied_step)
@@ -745,7 +749,7 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     stage = StageMemory(index, dense + expert + frozen, states, activations, per_mb, microbatches, transient, step,
                         tensors, dense + expert if tuned else None, frozen_bytes=frozen_bytes,
                         fp8_weights=fp8[0], fp8_scaling=fp8[1],
-                        loss_transient=loss_grad, recv_buffers=recv_buffers)
+                        loss_transient=loss_grad, block_transient=block_transient, recv_buffers=recv_buffers)
     root = dense + expert + frozen - block_total
     # the embedding's tables get their gradients last in backward; the rest of the root's (the head's, the final
     # norm's) exist from the loss's backward on, unsharded under FSDP2 until the root reduce-scatters them
@@ -949,8 +953,7 @@ def _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capac
         if layout.zero >= 3:  # a block's backward: its gathered weights, its unsharded gradients and their
             # reduce-scattered shard (`gather` is two blocks' weights), never at the same moment as the loss's
             # backward; the root's weights stay gathered (a copy beside the shard) from forward to backward
-            transient = base.transient - base.loss_transient + max(base.loss_transient,
-                                                                   gather + _ceil(gather // 2, shard))
+            transient = max(base.loss_transient, base.block_transient + gather + _ceil(gather // 2, shard))
             gathered = root + root_grads
         elif layout.zero == 2:  # reshard_after_forward=False: every weight gathered from forward to backward
             gathered = sum(r.weights for r in raw.states) + root_grads

@@ -34,8 +34,8 @@ def parallel_hybrid(ctx: Ctx) -> list[Op]:
     return sublayer(ctx, "parallel_hybrid", [*mamba, *attention, both])
 
 
-def _kept_once(ctx: Ctx, recompute: str) -> list[tuple[str, int, int]]:
-    return [kept for name in PARTS if (f := _kind(name).kept_once) for kept in f(ctx, recompute)]
+def _kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[str, int, int]]:
+    return [kept for name in PARTS if (f := _kind(name).kept_once) for kept in f(ctx, recompute, attention)]
 
 
 def _kept_per_stage(ctx: Ctx) -> list[tuple[str, int, int]]:
