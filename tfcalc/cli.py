@@ -27,7 +27,6 @@ from . import __version__, render
 from .counts import count
 from .errors import TfcalcError, validation_lines
 from .interrupts import EXIT_INTERRUPTED, import_torch
-from .plan.adapters import adapters
 from .presets import list_presets
 from .render import Format
 from .sizes import MAX_DIGITS
@@ -309,6 +308,16 @@ def _tokens_only(spec: ModelSpec, command: str) -> None:
 _TRAINING = "Training (any of these plans a train step: memory per GPU)"
 
 
+def adapters(rank, targets, dora):
+    """--lora-rank/--lora-targets/--dora -> tfcalc.Adapters (checked there), or None when none is given (the plan's
+    module is not imported then: count's start-up)."""
+    if rank is None and targets is None and not dora:
+        return None
+    from .plan.adapters import adapters as checked
+
+    return checked(rank, targets, dora)
+
+
 def _training_opt(flag: str, text: str, **kw):
     return typer.Option(flag, rich_help_panel=_TRAINING, show_default=False, help=text, **kw)
 
@@ -391,8 +400,10 @@ _SWEEPS = " A list or a range sweeps (1k,4k or 1k..128kx2)."
 _INT_FIELDS = [name for name, field in ModelSpec.model_fields.items() if _unwrap(field.annotation) is int]
 
 
+@functools.cache
 def _sweep_parameter(name: str) -> inspect.Parameter:
-    """The spec flag of an integer field, taking one value or a list or range of them."""
+    """The spec flag of an integer field, taking one value or a list or range of them: made once and shared by the
+    commands that sweep (typer copies a parameter's info before changing it)."""
     decls = ["--" + name.replace("_", "-"), *([_SHORT[name]] if name in _SHORT else [])]
     option = typer.Option(*decls, help=escape(ModelSpec.model_fields[name].description or ""),
                           rich_help_panel=_panel(name), show_default=False, parser=_sizes, metavar="INT|LIST",

@@ -62,12 +62,12 @@ def checkpoint_quant(flag: str | None, hf_config: Path | None = None, base=None)
     """The weights' quantized format (tfcalc.plan.quant.Quant), or None: `--quant NAME` when given (`none`: none),
     else a Hugging Face config's quantization_config (refused by name when its method is not modelled). `base`:
     the SpecFile already read, if any."""
+    if flag is None and hf_config is None:
+        return None
     from .plan.quant import from_config, named
 
     if flag is not None:
         return named(flag)
-    if hf_config is None:
-        return None
     if base is None:
         from .hf import read_hf_config
 

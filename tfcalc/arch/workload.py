@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..sizes import Count, Size
 
@@ -57,13 +57,14 @@ class Workload(BaseModel):
             raise ValueError("\n".join(problems))
         return self
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        """image_size only for a workload of images: a workload of tokens dumps as it always has."""
-        data = handler(self)
-        if isinstance(data, dict) and data.get("image_size") is None:
+    def model_dump(self, **kwargs) -> dict:
+        """image_size only for a workload of images, as [H, W] (as JSON writes it, and CSV as every other list): a
+        workload of tokens dumps as it always has. (A method, not a pydantic serializer: that module's import is
+        a millisecond of every command's start.)"""
+        data = super().model_dump(**kwargs)
+        if data.get("image_size") is None:
             data.pop("image_size", None)
-        elif isinstance(data, dict):  # [H, W], as JSON writes it (and CSV, as every other list)
+        else:
             data["image_size"] = list(data["image_size"])
         return data
 
