@@ -1171,7 +1171,12 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
         training = {"--precision": precision, "--optimizer": optimizer, "--recompute": recompute,
                     "--attention": attention, "--dp": dp, "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep,
                     "--cp": cp, "--plot": plot, "--phase": phase, "--src-len": src_len, "--tgt-len": tgt_len,
-                    "--batch-size": overrides.get("batch_size")}
+                    "--batch-size": overrides.get("batch_size"), "--framework": framework,
+                    "--lora-rank": lora_rank, "--lora-targets": lora_targets, "--dora": dora or None}
+        if _quant(quant, hf_config, dtype) is not None:  # vLLM's arithmetic here is for 16-bit or --dtype weights
+            raise TfcalcError(f"{'--quant ' + quant if quant else '--hf-config'}: quantized weights (a format with "
+                              "scales, or the config's quantization_config) are not planned with --serve yet; "
+                              "give --quant none for 16-bit weights, or plan them with tfcalc memory --quant")
         return _serve_capacity(overrides, axes, preset, spec, hf_config, context, dtype, kv_dtype, gpu, tp,
                                bool(serve), engine, training, fmt, as_json)
     single = _workload_axes(axes, context=context, src_len=src_len, tgt_len=tgt_len)
@@ -1206,6 +1211,10 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     points = itertools.chain([first] if first is not None else [], points)
     if phase is None and not inference_flags and first is not None and not first.spec.causal:
         training = True  # an encoder (BERT) has no KV cache to plan: its memory question is a train step's
+    if phase is None and inference_flags and first is not None and not first.spec.causal:
+        typed = inference_flags[0]  # the flag that made it an inference plan, not the phase it implied
+        raise TfcalcError(f"{typed}: an inference flag; {first.spec.label} is a bidirectional encoder with no KV "
+                          "cache to plan (its memory is a train step's: drop the flag)")
     if training and inference_flags:
         what = training_flags[0] if training_flags else "--phase train"
         raise TfcalcError(f"{inference_flags[0]}: an inference flag; {what} plans a train step (drop one)")
@@ -1238,7 +1247,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
 
         workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))
         return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name,
-                                inference_tp or 1, q)
+                                1 if inference_tp is None else inference_tp, q)
 
     fmt = Format.json if as_json else fmt
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept
@@ -1279,7 +1288,8 @@ def _serve_capacity(overrides, axes, preset, spec, hf_config, context, dtype, kv
         raise TfcalcError("--serve: needs --gpu NAME (h100, a100-80gb, ...): the card whose memory is divided")
     for flag, value in others.items():
         if value is not None:
-            raise TfcalcError(f"{flag}: not planned with --serve (serving capacity is a decoder's inference plan)")
+            typed = flag if value is True else f"{flag} {getattr(value, 'value', value)}"
+            raise TfcalcError(f"{typed}: not planned with --serve (serving capacity is a decoder's inference plan)")
     if axes or isinstance(context, _Sweep) or len(_presets(preset)) > 1:
         raise TfcalcError("--serve: one model and one --context (a list or range is not planned with --serve)")
     utilization = engine["--gpu-memory-utilization"]

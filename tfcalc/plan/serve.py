@@ -176,7 +176,11 @@ def activation_peak(spec: ModelSpec, tokens: int, requests: int, dtype: str = "b
     # the dummy run's requests: tokens // requests each (the remainder, if any, is left out: a few tokens)
     workload = Workload(phase="prefill", batch_size=requests, seq_len=tokens // requests)
     inv = build(spec, workload)
-    validate(spec, inv.workload)
+    try:
+        validate(spec, inv.workload)
+    except TfcalcError as e:  # the user's engine flags, not our workload's fields (seq_len), named first
+        raise TfcalcError(f"max_num_batched_tokens={tokens}, max_num_seqs={requests}: the profiling pass's "
+                          f"{requests:,} requests of {tokens // requests:,} tokens: {e}") from None
     largest = logits = 0
     for op, _ in inv:
         if op.role == "head":  # logits of the sampled row of each request, gathered whole (vocabulary-parallel)

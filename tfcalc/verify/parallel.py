@@ -166,6 +166,10 @@ def measure_parallel_memory(spec: ModelSpec, workload: Workload | None = None, p
                           "DDP or ZeroRedundancyOptimizer over DTensors is not built")
     if layout.zero and layout.dp == 1:
         raise TfcalcError(f"--zero {layout.zero}: ZeRO shards over data-parallel GPUs; it needs --dp 2 or more")
+    if layout.tp > 1 and spec.vocab_size % layout.tp:  # the table and loss_parallel's logits split in equal shards
+        raise TfcalcError(f"--tp {layout.tp}: the parallel check shards the vocabulary evenly (a vocab-parallel "
+                          f"table, loss_parallel's logits); {spec.label}'s vocab_size={spec.vocab_size} is not a "
+                          f"multiple of {layout.tp} (give --vocab-size padded to one)")
     world = layout.gpus
     ranks = default_ranks(layout) if ranks is None else ranks
     for r in ranks:
