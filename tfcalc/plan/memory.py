@@ -48,7 +48,7 @@ KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
 
 
 def _dtype(value: str, field: str, allowed) -> str:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise TfcalcError(f"{field}={value!r}: expected one of {', '.join(allowed)}")
     return value
 

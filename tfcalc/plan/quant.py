@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
-from ..errors import TfcalcError
+from ..errors import TfcalcError, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -254,6 +254,7 @@ def weight_bytes(spec, quant: Quant | str | None, tp: int = 1, base: int = 2) ->
 
     quant = as_quant(quant)
     check_tp(spec, tp)
+    check_positive_int("base", base)
 
     inv = build(spec)
     components: dict[str, list[int]] = {}

@@ -222,6 +222,10 @@ def request_life(spec: ModelSpec, gpu: Gpu | str, prompt: int, output_tokens: in
     check_positive_int("prompt", prompt)
     check_positive_int("output_tokens", output_tokens)
     check_positive_int("batch_size", batch_size)
+    check_positive_int("src_len", src_len, optional=True)
+    for name, value in (("dtype", dtype), ("kv_dtype", kv_dtype)):
+        if value is not None and not isinstance(value, str):
+            raise TfcalcError(f"{name}={value!r}: expected a dtype's name ('bf16', 'fp8')")
     if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float, str, Fraction)):
         raise TfcalcError(f"efficiency={efficiency!r}: expected a fraction in (0, 1]")
     try:
@@ -238,7 +242,11 @@ def request_life(spec: ModelSpec, gpu: Gpu | str, prompt: int, output_tokens: in
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=prompt, src_len=src_len)
     one = Workload(phase="prefill", batch_size=1, seq_len=prompt, src_len=src_len)
-    pre = phase_cost(spec, prefill, gpu, dtype, kv, tp)
-    pre_one = pre if batch_size == 1 else phase_cost(spec, one, gpu, dtype, kv, tp)
-    decode = decode_sum(spec, gpu, prompt, output_tokens - 1, batch_size, dtype, kv, tp, src_len, eff)
+    try:  # sizes past a float's range (a batch of 10**40) have no time in seconds
+        pre = phase_cost(spec, prefill, gpu, dtype, kv, tp)
+        pre_one = pre if batch_size == 1 else phase_cost(spec, one, gpu, dtype, kv, tp)
+        decode = decode_sum(spec, gpu, prompt, output_tokens - 1, batch_size, dtype, kv, tp, src_len, eff)
+    except OverflowError:
+        raise TfcalcError(f"prompt={prompt!r}, output_tokens={output_tokens!r}, batch_size={batch_size!r}: the "
+                          "request's time is past a float's range") from None
     return RequestLife(spec, gpu, dtype, kv, tp, batch_size, prompt, output_tokens, eff, pre, pre_one, decode)

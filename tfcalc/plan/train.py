@@ -117,7 +117,9 @@ class TrainingBudget:
 
 
 def _positive(value: float) -> bool:
-    """A finite number above 0 (not nan, not inf)."""
+    """A finite number above 0 (not nan, not inf; not a bool, a string or a list)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        return False
     return 0 < value < float("inf")
 
 
@@ -196,7 +198,11 @@ def mfu_of_run(spec: ModelSpec, tokens_per_s: float, gpus: int, peak_flops_per_s
     _check_attention(attention)
     per_token, per_token_causal, hardware, _ = _per_token(spec, recompute, adapters, attention)
     peak = gpus * peak_flops_per_s
-    if not math.isfinite(float(hardware) * tokens_per_s / peak):
+    try:  # an integer too large for a float (10**400 tokens/s, GPUs or FLOP/s) overflows here
+        finite = math.isfinite(float(hardware) * tokens_per_s / peak)
+    except OverflowError:
+        finite = False
+    if not finite:
         raise TfcalcError(f"tokens_per_second={tokens_per_s!r}: its MFU is not a finite number ({gpus} GPUs of "
                           f"{peak_flops_per_s:,} FLOP/s)")
     return {"tokens_per_second": tokens_per_s, "gpus": gpus, "peak_flops_per_s": peak_flops_per_s,

@@ -91,7 +91,7 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _choice(value: str, field_name: str, allowed) -> str:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise TfcalcError(f"{field_name}={value!r}: expected one of {', '.join(allowed)}")
     return value
 
