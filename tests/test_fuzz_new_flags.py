@@ -5,7 +5,12 @@ together. The rule: exit 0 with exact integer bytes, or exit 2 with `tfcalc: err
 typed; the API raises TfcalcError naming the argument, never a TypeError or an OverflowError from inside."""
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -187,3 +192,15 @@ def test_new_flags_together_count_or_refuse_in_lines(args):
         return
     for path, value in _byte_figures(json.loads(r.output)):
         assert isinstance(value, int) and not isinstance(value, bool) and value >= 0, (args, path, value)
+
+
+# ---- tracebacks: started with stdout closed (`>&-`), Python's sys.stdout is None ----------------------------
+
+@pytest.mark.parametrize("args", [["flags", "expert"], ["memory", "-p", "llama3-8b", "--serve", "--gpu", "h100-sxm"]])
+def test_a_closed_stdout_is_one_line_and_exit_1(args):
+    root = Path(__file__).resolve().parents[1]
+    command = " ".join(map(shlex.quote, [sys.executable, "-m", "tfcalc", *args])) + " >&-"
+    p = subprocess.run(["bash", "-c", command], stderr=subprocess.PIPE, text=True, cwd=root, check=False,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip().splitlines() == ["tfcalc: error: cannot write the output: stdout is closed"], p.stderr

@@ -45,6 +45,10 @@ def main() -> None:
     # with torch installed that scan costs 0.14 s of `tfcalc count`'s 0.7 s here (benchmarks/startup.py).
     # The CLI uses no plugins. Library users keep theirs, and setting the variable yourself still wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if sys.stdout is None:  # started with stdout closed (`>&-`): Python leaves sys.stdout None; nothing can be written
+        if sys.stderr is not None:
+            print("tfcalc: error: cannot write the output: stdout is closed", file=sys.stderr)
+        sys.exit(EXIT_WRITE_FAILED)
     _encodable_output()
     if len(sys.argv) > 1 and sys.argv[1] in PURE_PYTHON:
         # Such a run allocates the long-lived objects of its imports (modules, classes, pydantic's schema) and
