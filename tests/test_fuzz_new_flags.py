@@ -174,8 +174,7 @@ def _byte_figures(d, path=""):
     elif isinstance(d, list):
         for v in d:
             yield from _byte_figures(v, path)
-    elif path.endswith("bytes") and d is not None and path != ".available_bytes":
-        # available_bytes (--serve) is vLLM's signed remainder: below 0 it says by how much the weights miss
+    elif path.endswith("bytes") and d is not None:
         yield path, d
 
 

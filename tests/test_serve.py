@@ -104,7 +104,9 @@ def test_a_learned_position_table_bounds_the_longest_context():
 
 def test_nothing_left_is_zero_blocks_not_negative():
     c = serving_capacity(load_preset("llama2-70b"), H100)  # 138 GB of bf16 weights on one 80 GB card
-    assert c.available_bytes < 0 and c.num_blocks == 0 and c.max_sequences == 0
+    # the remainder is never a negative byte count: 0 available, and by how much the budget is short
+    assert c.available_bytes == 0 and c.num_blocks == 0 and c.max_sequences == 0
+    assert c.shortfall_bytes == c.weights_bytes + c.activation_bytes + c.non_torch_bytes - c.budget_bytes > 0
 
 
 @pytest.mark.parametrize("kwargs, field", [({"gpu_memory_utilization": 0}, "gpu_memory_utilization=0"),

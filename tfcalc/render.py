@@ -1320,8 +1320,9 @@ def serve_table(c) -> Table:
     if c.state_bytes_per_sequence:
         caption += (" Recurrent state is counted per sequence beside the blocks (vLLM pages it with its hybrid "
                     "allocator: not reproduced).")
-    if c.available_bytes < 0:
-        caption += " Nothing is left for the KV cache: the weights and the engine's own memory do not fit."
+    if c.shortfall_bytes:
+        caption += (f" Nothing is left for the KV cache: the weights and the engine's own memory exceed the budget by "
+                    f"{exact(c.shortfall_bytes)} bytes ({binary_bytes(c.shortfall_bytes)}); vLLM would not start.")
     title = f"Serving capacity (vLLM) on {c.gpu.name}" + (f", per GPU of {c.tp} (tensor parallel)" if c.tp > 1
                                                           else "")
     return Table(title, ["", "how", "bytes", "readable", "source"], rows, caption, right={2, 3},

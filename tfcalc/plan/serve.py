@@ -96,9 +96,20 @@ class ServingCapacity:
     state_bytes_per_sequence: int  # recurrent state, one GPU
 
     @property
-    def available_bytes(self) -> int:
-        """What is left for the KV cache (negative: the weights and the engine's own memory do not fit)."""
+    def _left(self) -> int:
+        """The budget less the weights, the activation peak and non-torch memory: negative when they do not fit."""
         return self.budget_bytes - self.weights_bytes - self.activation_bytes - self.non_torch_bytes
+
+    @property
+    def available_bytes(self) -> int:
+        """What is left for the KV cache (0 when the weights and the engine's own memory do not fit: vLLM then
+        refuses to start; `shortfall_bytes` says by how much)."""
+        return max(self._left, 0)
+
+    @property
+    def shortfall_bytes(self) -> int:
+        """By how much the weights, the activation peak and non-torch memory exceed the budget (0 when they fit)."""
+        return max(-self._left, 0)
 
     @property
     def block_bytes(self) -> int:
@@ -107,7 +118,7 @@ class ServingCapacity:
     @property
     def num_blocks(self) -> int:
         """GPU blocks (0 for a model without a KV cache, or when nothing is left)."""
-        return max(self.available_bytes, 0) // self.block_bytes if self.block_bytes else 0
+        return self.available_bytes // self.block_bytes if self.block_bytes else 0
 
     @property
     def kv_tokens(self) -> int:
@@ -127,7 +138,7 @@ class ServingCapacity:
         """Sequences of `context` tokens whose blocks (and state) fit at once."""
         if not self.bytes_per_sequence:
             raise TfcalcError(f"{self.spec.label}: keeps neither a KV cache nor a recurrent state")
-        return max(self.available_bytes, 0) // self.bytes_per_sequence
+        return self.available_bytes // self.bytes_per_sequence
 
     @property
     def longest_context_by_memory(self) -> int | None:
@@ -155,7 +166,8 @@ class ServingCapacity:
             "activation_bytes": self.activation_bytes, "activation_estimated": self.activation_estimated,
             "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
             "non_torch_bytes": self.non_torch_bytes, "non_torch_assumed": self.non_torch_assumed,
-            "available_bytes": self.available_bytes, "block_size": self.block_size,
+            "available_bytes": self.available_bytes, "shortfall_bytes": self.shortfall_bytes,
+            "block_size": self.block_size,
             "kv_bytes_per_token": self.kv_bytes_per_token, "block_bytes": self.block_bytes,
             "num_blocks": self.num_blocks, "kv_tokens": self.kv_tokens,
             "state_bytes_per_sequence": self.state_bytes_per_sequence, "context": self.context,
