@@ -3,15 +3,12 @@ DeepseekV32ForCausalLM (sum(numel) on meta, FlopCounterMode forward FLOPs of an 
 a cache too), per component by `check --hf-config`, tfcalc's own reference model against FlopCounterMode and fvcore,
 refusals by field name, and the deepseek-v3.2 preset pinned to the class built from DeepSeek's published shapes."""
 
-import warnings
-
 import pytest
-import torch
 import transformers
-from hf_oracle import hf_config, write
+import hf_oracle as oracle
+from hf_oracle import write
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import ModelSpec, TfcalcError, Workload, count, find_preset, load_preset
 from tfcalc.hf import DEFAULTS, read_hf_config
@@ -22,23 +19,13 @@ CLASS = transformers.DeepseekV32ForCausalLM
 
 
 def meta_params(config: dict) -> int:
-    with warnings.catch_warnings(), torch.device("meta"):
-        warnings.simplefilter("ignore")
-        return sum(p.numel() for p in CLASS(hf_config(config)).parameters())
+    return oracle.meta_params(CLASS, config)
 
 
-def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0) -> int:
+def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0, use_cache: bool = False) -> int:
     """FlopCounterMode over one forward of `seq_len` tokens after a prefill of `context` (not counted)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = CLASS._from_config(hf_config(config), attn_implementation="eager", experts_implementation="eager")
-        ids = torch.randint(config["vocab_size"], (batch, context + seq_len),
-                            generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            cache = model(input_ids=ids[:, :context], use_cache=True).cache if context else None
-            with FlopCounterMode(display=False) as counter:
-                model(input_ids=ids[:, context:], cache=cache, use_cache=bool(context))
-    return counter.get_total_flops()
+    return oracle.eager_flops(CLASS, config, batch, seq_len, context, use_cache, attn_implementation="eager",
+                              experts_implementation="eager")
 
 
 def test_defaults_are_transformers_defaults():

@@ -2,15 +2,12 @@
 forward FLOPs of an eager CPU forward over its pure-torch path with real routing, a decode step after a cache too),
 with transformers' defaults, refusals by field name and the check against transformers per component."""
 
-import warnings
-
 import pytest
-import torch
 import transformers
-from hf_oracle import hf_config, write
+import hf_oracle as oracle
+from hf_oracle import write
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count
 from tfcalc.hf import DEFAULTS, read_hf_config
@@ -18,24 +15,13 @@ from tfcalc.verify import hf_model
 
 
 def meta_params(config: dict) -> int:
-    with warnings.catch_warnings(), torch.device("meta"):
-        warnings.simplefilter("ignore")
-        return sum(p.numel() for p in transformers.JambaForCausalLM(hf_config(config)).parameters())
+    return oracle.meta_params(transformers.JambaForCausalLM, config)
 
 
-def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0) -> int:
+def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0, use_cache: bool = False) -> int:
     """FlopCounterMode over one forward of `seq_len` tokens after a prefill of `context` (not counted)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = transformers.JambaForCausalLM._from_config(hf_config(config), attn_implementation="eager",
-                                                           experts_implementation="eager")
-        ids = torch.randint(config["vocab_size"], (batch, context + seq_len),
-                            generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            cache = model(input_ids=ids[:, :context], use_cache=True).cache if context else None
-            with FlopCounterMode(display=False) as counter:
-                model(input_ids=ids[:, context:], cache=cache, use_cache=bool(context))
-    return counter.get_total_flops()
+    return oracle.eager_flops(transformers.JambaForCausalLM, config, batch, seq_len, context, use_cache,
+                              attn_implementation="eager", experts_implementation="eager")
 
 
 def test_defaults_are_transformers_defaults():

@@ -4,15 +4,12 @@ transformers' defaults, its pattern string and legacy keys, its MoE blocks (gate
 projections), refusals by field name, the check against transformers per component, and the nemotron-h-8b and
 nemotron-3-nano presets pinned to the class built from the published configs."""
 
-import warnings
-
 import pytest
-import torch
 import transformers
+import hf_oracle as oracle
 from hf_oracle import hf_config, write
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, find_preset, load_preset
 from tfcalc.hf import DEFAULTS, read_hf_config
@@ -35,24 +32,13 @@ NEMOTRON_H_8B = {"model_type": "nemotron_h", "attention_bias": False, "attention
 
 
 def meta_params(config: dict) -> int:
-    with warnings.catch_warnings(), torch.device("meta"):
-        warnings.simplefilter("ignore")
-        return sum(p.numel() for p in transformers.NemotronHForCausalLM(hf_config(config)).parameters())
+    return oracle.meta_params(transformers.NemotronHForCausalLM, config)
 
 
-def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0) -> int:
+def eager_flops(config: dict, batch: int, seq_len: int, context: int = 0, use_cache: bool = False) -> int:
     """FlopCounterMode over one forward of `seq_len` tokens after a prefill of `context` (not counted)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = transformers.NemotronHForCausalLM._from_config(hf_config(config), attn_implementation="eager",
-                                                               experts_implementation="eager")
-        ids = torch.randint(config["vocab_size"], (batch, context + seq_len),
-                            generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            cache = model(input_ids=ids[:, :context], use_cache=True).cache if context else None
-            with FlopCounterMode(display=False) as counter:
-                model(input_ids=ids[:, context:], cache=cache, use_cache=bool(context))
-    return counter.get_total_flops()
+    return oracle.eager_flops(transformers.NemotronHForCausalLM, config, batch, seq_len, context, use_cache,
+                              attn_implementation="eager", experts_implementation="eager")
 
 
 def test_defaults_are_transformers_defaults():
