@@ -692,18 +692,29 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
     if last and not spec.lm_head:  # a bare encoder's loss: a scalar
         per_mb["loss"] = STAT_BYTES
     residual = next((op for part in parts if part.block for op in part.ops if op.role == "residual"), None)
+    head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
+    torch_way = layout.framework == "torch"
+    if torch_way and head_op is not None and layout.tp > 1:
+        # loss_parallel's cross-entropy keeps two int64 tensors a scored token for its backward (the targets' mask
+        # and the targets local to this GPU's vocabulary)
+        per_mb["loss"] = per_mb.get("loss", 0) + 2 * 8 * _ceil(head_op.m, layout.cp)
     recv_buffers = 0
     if pp > 1 and residual is not None:
         # torch.distributed.pipelining keeps each microbatch's stage output until its backward (to send it and to
         # run the backward from it): [T, D], the last stage's the logits [T, V / tp]; once per microbatch in flight
         seq = (layout.tp if layout.sp and layout.tp > 1 else 1) * layout.cp
         hidden = _ceil(residual.elements * a, seq)
-        head_op = next((op for part in parts for op in part.ops if op.role == "head"), None)
         per_mb["stage output"] = hidden if not last or head_op is None else _ceil(
             head_op.m * head_op.n * a, layout.tp * layout.cp)
         # and a receive buffer per microbatch ([T, D]: activations from the stage before, gradients from the one
         # after), made when the stage is built: pp microbatches here
         recv_buffers = pp * hidden * ((index > 0) + (not last))
+        if torch_way:  # the schedule's own int64 copies: each microbatch's token ids (first stage), every
+            # microbatch's targets (last stage, which scores them)
+            if index == 0:
+                per_mb["pipeline ids"] = 8 * (residual.elements // spec.d_model)
+            if last and head_op is not None:
+                per_mb["pipeline targets"] = 8 * head_op.m * pp
     dense = sum(n * r for n, e, r in weights_numel if not e)
     expert = sum(n * r for n, e, r in weights_numel if e)
     counter = STEP_COUNTER if optimizer == "adamw" else 0

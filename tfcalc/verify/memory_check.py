@@ -233,25 +233,13 @@ def _padding(rank, states, layout: Layout, precision: str, optimizer: str, tenso
 
 def known_activations(spec: ModelSpec, workload: Workload, layout: Layout, stage: int = 0,
                       a: int = 2) -> tuple[int, str]:
-    """Bytes MemTracker counts at the end of forward beyond the plan's activations, with their causes:
-    `loss_parallel`'s cross-entropy keeps two int64 tensors per token; under pipelining the schedule's microbatch
-    copies of the token ids (first stage, one per microbatch in flight) and of the targets (last stage, every
-    microbatch's), and the last stage's input arrives in a receive buffer made with the stage, before MemTracker
-    starts (the plan counts it where the first block keeps it)."""
-    tokens = workload.batch_size * workload.scored
+    """Bytes MemTracker counts at the end of forward beyond the plan's activations, with their cause: under
+    pipelining the last stage's input arrives in a receive buffer made with the stage, before MemTracker starts (the
+    plan counts it where the first block keeps it). (loss_parallel's int64 tensors and the schedule's copies of the
+    ids and targets are in the plan.)"""
     known, causes = 0, []
-    if layout.tp > 1 and spec.lm_head:
-        known += 2 * 8 * tokens
-        causes.append(f"+{2 * 8 * tokens:,} B loss_parallel's two int64 tensors per token")
-    if layout.pp > 1:
-        if stage == 0:
-            ids = 8 * workload.batch_size * workload.seq_len * layout.pp
-            known += ids
-            causes.append(f"+{ids:,} B the schedule's microbatch copies of the token ids")
-        if stage == layout.pp - 1:
-            targets = 8 * tokens * layout.pp
-            received = workload.batch_size * workload.seq_len * spec.d_model * a
-            known += targets - received
-            causes.append(f"+{targets:,} B the targets' microbatch copies, -{received:,} B the input's receive "
-                          "buffer MemTracker does not see")
+    if layout.pp > 1 and stage == layout.pp - 1:
+        received = workload.batch_size * workload.seq_len * spec.d_model * a
+        known -= received
+        causes.append(f"-{received:,} B the input's receive buffer MemTracker does not see")
     return known, "; ".join(causes)
