@@ -319,7 +319,7 @@ def _fp8_gemms(ops: tuple[Op, ...]) -> list[list[Matmul]]:
     the same sublayer (a gate beside its up projection: Megatron's linear_fc1) is one weight and one GEMM with it."""
     gemms: list[list[Matmul]] = []
     for op in ops:
-        if not isinstance(op, Matmul) or op.role not in FP8_ROLES or not op.weights or not op.m:
+        if op.gemm() is None or op.role not in FP8_ROLES or not op.weights:  # a weight GEMM that runs
             continue
         if op.shares_input and gemms and gemms[-1][-1].sublayer == op.sublayer and \
                 gemms[-1][-1].expert == op.expert:
@@ -389,7 +389,7 @@ def _sp_gathered(ops: tuple[Op, ...], a: int, layout: Layout) -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for op in ops:
-        if isinstance(op, Matmul) and op.split == "column" and op.m and not op.expert:
+        if op.gemm() is not None and op.split == "column" and not op.expert:  # a column-parallel linear that runs
             whole = _ceil(op.m * op.k * a, layout.cp)
             sharded = 0 if op.shares_input else _ceil(op.m * op.k * a, layout.tp * layout.cp)
             out[op.component] = out.get(op.component, 0) + whole - sharded
