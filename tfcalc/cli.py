@@ -201,16 +201,25 @@ def _integer(text: str) -> int:
         raise typer.BadParameter(f"{text!r} is not an integer") from None
 
 
-SPEC_FIELDS = list(ModelSpec.model_fields)
+# a multimodal model's towers and connectors are given by a spec file, a preset or a config (--tower picks one)
+_NOT_FLAGS = ("towers", "connectors")
+SPEC_FIELDS = [name for name in ModelSpec.model_fields if name not in _NOT_FLAGS]
 _RANK = {panel: i for i, panel in enumerate([*_PANELS, _RARE])}
 # in --help's order: the panels' (rich lists a panel where its first option is), the fields' within each
-_SPEC_PARAMETERS = sorted((_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()),
+_SPEC_PARAMETERS = sorted((_spec_parameter(name, field) for name, field in ModelSpec.model_fields.items()
+                           if name not in _NOT_FLAGS),
                           key=lambda p: _RANK[_panel(p.name)])
 # --revision, with every command that takes a model: the revision of a Hugging Face id (--hf-config ORG/NAME)
 _REVISION = inspect.Parameter("revision", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
     Optional[str], typer.Option("--revision", show_default=False, help=(
         "With a Hugging Face id (--hf-config ORG/NAME, or compare's ORG/NAME arguments): its branch, tag or "
         "commit (default: main)."))])
+
+_TOWER = inspect.Parameter("tower", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+    Optional[str], typer.Option("--tower", metavar="text|vision|audio|all", show_default=False, help=(
+        "A multimodal model's tower: text (the language model with its head), vision, audio, or all (the default: "
+        "every tower and the projectors between them, and a table per tower). The model flags then change that "
+        "tower."))])
 
 
 def _hub_models(kwargs: dict) -> None:
@@ -244,14 +253,15 @@ def spec_flags(func=None, *, exclude: tuple[str, ...] = ()):
     @functools.wraps(func)
     def wrapper(**kwargs):
         _hub_models(kwargs)
-        overrides = {}
+        tower = kwargs.pop("tower", None)
+        overrides = {} if tower is None else {"tower": tower}  # resolved first (tfcalc.sources.apply_overrides)
         for name in fields:
             value = kwargs.pop(name)
             if value is not None:
                 overrides[name] = value.value if isinstance(value, enum.Enum) else value
         return func(overrides=overrides, **kwargs)
 
-    added = [p for p in _SPEC_PARAMETERS if p.name in fields] + [_REVISION]
+    added = [p for p in _SPEC_PARAMETERS if p.name in fields] + [_REVISION, _TOWER]
     wrapper.__signature__ = signature.replace(parameters=kept + added)
     return wrapper
 
@@ -291,15 +301,21 @@ TgtLenOpt = Annotated[Optional[int], typer.Option("--tgt-len", parser=_integer, 
 
 ImageSizeOpt = Annotated[Optional[str], typer.Option("--image-size", metavar="H[xW]", rich_help_panel=_WORKLOAD,
                                                      show_default=False, help=(
-    "A model of images (ViT): each image's height and width in pixels, H (square) or HxW, multiples of the patch "
-    "size (default: the model's image_size). Its tokens are its patches and the class token."))]
+    "A model of images (ViT) or with a vision tower: each image's height and width in pixels, H (square) or HxW, "
+    "multiples of the patch size (default: the model's image_size). Its tokens are its patches and the class "
+    "token."))]
 ImagesOpt = Annotated[Optional[int], typer.Option("--images", parser=_integer, metavar="INT",
                                                   rich_help_panel=_WORKLOAD, show_default=False, help=(
-    "A model of images: images in the step, the batch (default 1)."))]
+    "A model of images: images in the step, the batch (default 1). A model with a vision tower: images in the "
+    "step, each encoded once, their tokens among the language model's --seq-len (default 1)."))]
 
 
 def _tokens_only(spec: ModelSpec, command: str) -> None:
     """The plans (memory, infer, train, profile) take models of tokens for now: a model of images is refused by name."""
+    if spec.towers:
+        raise TfcalcError(f"tfcalc {command}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language "
+                          f"model; {command} plans one tower for now: --tower text plans the language model (count "
+                          "counts the whole model)")
     if spec.inputs != "tokens":
         raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of images (inputs='images'); {command} plans "
                           "models of tokens for now (count and check take --image-size and --images)")
@@ -421,7 +437,8 @@ def sweep_flags(func):
     @functools.wraps(func)
     def wrapper(**kwargs):
         _hub_models(kwargs)
-        overrides, axes = {}, {}
+        tower = kwargs.pop("tower", None)
+        overrides, axes = ({} if tower is None else {"tower": tower}), {}
         for name in SPEC_FIELDS:
             value = kwargs.pop(name)
             if isinstance(value, _Sweep):
@@ -430,7 +447,8 @@ def sweep_flags(func):
                 overrides[name] = value.value if isinstance(value, enum.Enum) else value
         return func(overrides=overrides, axes=axes, **kwargs)
 
-    added = [_sweep_parameter(p.name) if p.name in _INT_FIELDS else p for p in _SPEC_PARAMETERS] + [_REVISION]
+    added = [_sweep_parameter(p.name) if p.name in _INT_FIELDS else p for p in _SPEC_PARAMETERS] + [_REVISION,
+                                                                                                      _TOWER]
     wrapper.__signature__ = signature.replace(parameters=kept + added)
     return wrapper
 
@@ -532,8 +550,14 @@ def _sweep_points(presets: list[str | None], spec: Path | None, hf_config: Path 
     from .sweep import Model, check_size, expand, order
 
     total = check_size(len(presets), order(axes))
-    models = [Model.resolve(p, spec, hf_config) for p in presets]
+    tower, overrides = _tower_apart(overrides)
+    models = [Model.resolve(p, spec, hf_config, tower) for p in presets]
     return _counting(expand(models, overrides, axes), total)
+
+
+def _tower_apart(overrides: dict) -> tuple[str | None, dict]:
+    """(--tower, the other flags): a sweep picks the tower once per model, then applies the flags at each point."""
+    return overrides.get("tower"), {k: v for k, v in overrides.items() if k != "tower"}
 
 
 SWEEP_PROGRESS = 100  # points from which a sweep shows its progress (about a second of counting)
@@ -717,9 +741,11 @@ def compare_cmd(
 
         counts_kind(len(models), axes)
     pairs = []
+    tower, overrides = _tower_apart(overrides)
     for i, model in enumerate(models):
         try:
-            points = [replace(p, index=i) for p in expand([Model.resolve(*model_arg(model))], overrides, axes)]
+            points = [replace(p, index=i) for p in expand([Model.resolve(*model_arg(model), tower=tower)], overrides,
+                                                          axes)]
             pairs += count_points(points, phase and phase.value, single["context"], single["src_len"],
                                   single["tgt_len"])
         except ValidationError as e:  # an override that does not fit this model: say which model

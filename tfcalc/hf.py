@@ -112,39 +112,26 @@ def read_hf_config(path: str | Path) -> SpecFile:
                      "the weights as the checkpoint stores them (--quant none: 16-bit; a train step's plan is "
                      "16-bit)")
     family = registry.family(model_type)
+    outer, outer_type, text_only = raw, model_type, ""
     if family.nested is not None:
-        raw, model_type = _nested(raw, model_type, family.nested, path, notes)
-        family = registry.family(model_type)
-    types = COMMON_TYPES | family.types
-    given = {**family.defaults, **raw}
-    problems = [f"{path}: {line}" for key, kind in types.items() if key in given
-                for line in check_type(key, given[key], kind)]
-    if problems:
-        raise TfcalcError("\n".join(problems))
-    cfg = {key: given[key] for key in types if key in given}  # a mapper reads only fields whose type is checked
-    try:
-        refuse_if(raw, "text_config", family.nested is None and raw.get("text_config") is not None,
-                  f"{model_type} has no text_config (transformers builds it from the top-level fields and does not "
-                  "read this one); give its fields at the top level")
-        fields = family.mapper(unalias(cfg, family.aliases, notes), notes)
-    except Unmodelled as e:
-        message = _in_alias_names(str(e), cfg, family.aliases)
-        raise TfcalcError(f"{path}: {message}; supported: the standard {model_type} architecture") from None
-    max_positions = fields.pop("context")
-    seq_len = min(max_positions, SEQ_LEN_CAP)
-    if seq_len < max_positions:
-        notes.append(f"seq_len capped at {SEQ_LEN_CAP:,} (max_position_embeddings={max_positions:,}); "
-                     "use --seq-len to change it")
-    fields.setdefault("seq_len", seq_len)
+        if not family.towers:
+            text_only = (f"only the language model of {model_type} is read (from {family.nested[1]}): its other "
+                         "towers and projectors are not modelled yet")
+        raw, model_type = _nested(raw, model_type, family.nested, path, notes, whole=bool(family.towers))
+    fields, cfg = _fields(raw, model_type, path, notes)
     name = (hub.repo_of(path) or cfg.get("_name_or_path")
             or (path.parent.name if path.name == "config.json" else path.stem) or model_type)
+    if family.towers:
+        fields = _towers(outer, outer_type, family, fields, path, notes)
     try:
         spec = ModelSpec.model_validate({"name": name, **fields})
     except ValidationError as e:
-        lines = [_in_config_names(line, cfg, family.types) for line in validation_lines(e)]
+        lines = [_in_config_names(line, cfg, registry.family(model_type).types) for line in validation_lines(e)]
         raise TfcalcError("\n".join(f"{path}: {line}" for line in lines)) from None
-    source = f"Hugging Face config {path} (model_type {model_type})" + "".join(f"; {n}" for n in notes)
-    return SpecFile(spec, spec.name, f"{model_type} from config.json", source, quant_config=quant)
+    source = f"Hugging Face config {path} (model_type {outer_type if family.towers else model_type})" + "".join(
+        f"; {n}" for n in notes)
+    model_type = outer_type if family.towers else model_type
+    return SpecFile(spec, spec.name, f"{model_type} from config.json", source, quant_config=quant, text_only=text_only)
 
 
 # ModelSpec fields -> the config fields that commonly set them, in the order they are looked for
@@ -200,7 +187,66 @@ def _in_alias_names(message: str, cfg: dict[str, Any], aliases: dict[str, str]) 
     return message
 
 
-def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, notes: list[str]) -> tuple[dict, str]:
+def _fields(raw: dict, model_type: str, path: Path, notes: list[str], where: str = "") -> tuple[dict, dict]:
+    """(ModelSpec fields, the checked config fields) of a config of `model_type` (`where`: the field of a whole
+    config that holds it, named in each refusal), its seq_len the config's longest input, capped."""
+    family = registry.family(model_type)
+    types = COMMON_TYPES | family.types
+    given = {**family.defaults, **raw}
+    at = f"{path}: {where}." if where else f"{path}: "
+    problems = [f"{at}{line}" for key, kind in types.items() if key in given
+                for line in check_type(key, given[key], kind)]
+    if problems:
+        raise TfcalcError("\n".join(problems))
+    cfg = {key: given[key] for key in types if key in given}  # a mapper reads only fields whose type is checked
+    try:
+        refuse_if(raw, "text_config", family.nested is None and raw.get("text_config") is not None,
+                  f"{model_type} has no text_config (transformers builds it from the top-level fields and does not "
+                  "read this one); give its fields at the top level")
+        fields = family.mapper(unalias(cfg, family.aliases, notes), notes)
+    except Unmodelled as e:
+        message = _in_alias_names(str(e), cfg, family.aliases)
+        raise TfcalcError(f"{at}{message}; supported: the standard {model_type} architecture") from None
+    max_positions = fields.pop("context")
+    seq_len = min(max_positions, SEQ_LEN_CAP)
+    if seq_len < max_positions:
+        notes.append(f"{where + ': ' if where else ''}seq_len capped at {SEQ_LEN_CAP:,} "
+                     f"(max_position_embeddings={max_positions:,}); use --seq-len to change it")
+    fields.setdefault("seq_len", seq_len)
+    return fields, cfg
+
+
+def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes: list[str]) -> dict:
+    """A whole multimodal config's ModelSpec fields: its language model's (`text`), each other tower's read from its
+    own field (registry.Family.towers) by its own family, and the connectors between them."""
+    towers = {}
+    for tower, (inner_type, key) in family.towers.items():
+        inner = outer.get(key)
+        if inner is None:
+            inner = {}
+        if not isinstance(inner, dict):
+            raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
+        if inner.get("model_type", inner_type) != inner_type:
+            raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
+        towers[tower], _ = _fields({**inner, "model_type": inner_type}, inner_type, path, notes, where=key)
+    types = COMMON_TYPES | family.types
+    given = {**family.defaults, **outer}
+    problems = [f"{path}: {line}" for key, kind in types.items() if key in given
+                for line in check_type(key, given[key], kind)]
+    if problems:
+        raise TfcalcError("\n".join(problems))
+    cfg = {key: given[key] for key in types if key in given}
+    try:
+        connectors = family.connectors(cfg, {"text": text, **towers}, notes) if family.connectors else []
+    except Unmodelled as e:
+        raise TfcalcError(f"{path}: {e}; supported: the standard {outer_type} architecture") from None
+    for fields in towers.values():
+        fields.pop("name", None)
+    return {**text, "towers": towers, "connectors": connectors}
+
+
+def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, notes: list[str],
+            whole: bool = False) -> tuple[dict, str]:
     """The language model's config of a multimodal config (Gemma 3: its text_config, with the outer
     tie_word_embeddings and _name_or_path), and its model_type. transformers ties the head by the outer flag alone
     (the multimodal class's default, the same as its language model's, when the file gives none): a flag inside
@@ -218,8 +264,8 @@ def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, not
         notes.append(f"{key}.tie_word_embeddings={show(inner['tie_word_embeddings'])} not read: transformers ties "
                      f"the head by the outer tie_word_embeddings (absent: {model_type}'s default)")
         inner = {k: v for k, v in inner.items() if k != "tie_word_embeddings"}
-    notes.append(f"{model_type}: the language model read from {key} ({inner_type}); the other towers (vision, "
-                 "audio) and the multimodal projectors are not counted")
+    notes.append(f"{model_type}: the language model read from {key} ({inner_type})" + (
+        "" if whole else "; the other towers (vision, audio) and the multimodal projectors are not counted"))
     return {**inner, **outer, "model_type": inner_type}, inner_type
 
 

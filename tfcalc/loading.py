@@ -38,6 +38,7 @@ class SpecFile:
     source: str = ""
     aliases: tuple[str, ...] = field(default=())
     quant_config: Any = None  # a Hugging Face config's quantization_config, as given (tfcalc.plan.quant reads it)
+    text_only: str = ""  # a multimodal config of which only the language model is read: what is not (its towers)
 
 
 def as_path(path: Any, what: str) -> Path:

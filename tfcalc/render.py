@@ -198,6 +198,18 @@ def describe_workload(w, spec=None) -> str:
         heads = [what for what, has in (("a pooler", spec.pooler), ("a classifier", getattr(spec, "n_classes", None)))
                  if has]
         scored = "no LM head" + (f" ({' and '.join(heads)})" if heads else "")
+    if spec is not None and spec.towers:  # a multimodal model: its language model's tokens and its images
+        from .arch.towers import image_size, image_tokens
+
+        parts = [f"{w.phase}: B={w.batch_size}, {new}{src}"]
+        if "vision" in spec.towers:
+            H, W = image_size(spec, w)
+            n = w.images or 1
+            into = image_tokens(spec, w)
+            parts.append(f"{n:,} image{'s' if n != 1 else ''} of {H}x{W}" + (
+                f" ({into:,} of the tokens)" if into and w.phase != "decode" else
+                " (encoded at the prefill)" if w.phase == "decode" else ""))
+        return ", ".join(parts) + f"; {scored}"
     if getattr(w, "image_size", None) is not None:  # a model of images: B images, their patches and class token
         H, W = w.image_size
         return (f"{w.phase}: {w.batch_size:,} image{'s' if w.batch_size != 1 else ''} of {H}x{W}, {w.seq_len:,} "
@@ -306,8 +318,23 @@ def finetune_table(result: CountResult) -> Table:
                  optional=[2], label_columns=2)
 
 
+def towers_table(result: CountResult) -> Table:
+    """A multimodal model's parameters and forward FLOPs per tower and of its connectors."""
+    towers, p, f = result.towers, result.params.total, result.flops.forward
+    rows = [[name, exact(t["params"]), human(t["params"]), pct(share(t["params"], p)), exact(t["forward"]),
+             sci(t["forward"])] for name, t in towers.items()]
+    rows.append(["total", exact(p), human(p), pct(1.0), exact(f), sci(f)])
+    w = result.workload
+    caption = ("Each tower counted on its own workload: the language model's tokens (seq_len counts the image tokens "
+               f"among them), the vision tower's {w.images or 0} image(s); --tower text|vision picks one.")
+    return Table("Towers", ["tower", "params", "", "share", "forward FLOPs", ""], rows, caption,
+                 right={1, 2, 3, 4, 5}, optional=[1, 4])
+
+
 def count_tables(result: CountResult) -> list[Table]:
     tables = [summary_table(result), component_table(result), estimates_table(result), non_matmul_table(result)]
+    if result.towers:
+        tables.insert(1, towers_table(result))
     return tables[:1] + [finetune_table(result)] + tables[1:] if result.finetune is not None else tables
 
 

@@ -22,7 +22,13 @@ from .spec import ModelSpec
 def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
     """The spec with the user's flags applied, every one of them; a changed spec is labelled with what changed.
     `--kinds conv.kernel=4` changes that size and keeps the kind's others (and the other kinds') as the spec has
-    them."""
+    them. `tower` (--tower text|vision|audio|all) picks a multimodal model's tower first; the other flags then
+    change that tower."""
+    if "tower" in overrides:
+        from .arch.towers import select
+
+        tower, overrides = overrides["tower"], {k: v for k, v in overrides.items() if k != "tower"}
+        spec = spec if tower is None else select(spec, tower)
     if overrides.get("kinds") is not None:
         merged = {name: dict(sizes) for name, sizes in spec.kinds.items()}
         for name, sizes in overrides["kinds"].items():
@@ -54,8 +60,23 @@ def resolve(model: str | None, spec_file: Path | None, overrides: dict[str, Any]
 
         base = read_hf_config(hf_config)
     else:
-        return _from_flags(overrides), "flags"
+        if overrides.get("tower") is not None:
+            from .arch.towers import select
+
+            spec = _from_flags({k: v for k, v in overrides.items() if k != "tower"})
+            return select(spec, overrides["tower"]), "flags"
+        return _from_flags({k: v for k, v in overrides.items() if k != "tower"}), "flags"
+    text_only(base, overrides.get("tower"))
     return apply_overrides(base.spec, overrides), base.source
+
+
+def text_only(base, tower: str | None) -> None:
+    """A multimodal config of which only the language model is read (`SpecFile.text_only`: its other towers are not
+    modelled yet) is counted as that, by --tower text alone: the whole model is refused by name, never silently
+    counted short."""
+    if base.text_only and tower != "text":
+        raise TfcalcError(f"--tower {tower or 'all'}: {base.name}: {base.text_only}; --tower text counts its "
+                          "language model alone")
 
 
 def checkpoint_quant(flag: str | None, hf_config: Path | None = None, base=None):
@@ -147,7 +168,32 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
         fields["src_len"] = src_len
     if image is not None:  # (batch_size, (H, W), tokens)
         fields["batch_size"], fields["image_size"], fields["seq_len"] = image
+    if spec.towers:
+        fields.update(_tower_images(spec, image_size, images))
     return Workload.model_validate(fields)
+
+
+def _tower_images(spec: ModelSpec, image_size: str | None, images: int | None) -> dict[str, Any]:
+    """A multimodal model's images: how many (default one) and their size (default the vision tower's), each side a
+    multiple of its patch; the flags named as typed."""
+    vision = spec.towers.get("vision")
+    if vision is None:
+        given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
+                 if value is not None]
+        if given:
+            raise TfcalcError(f"{given[0]}: {spec.label} has no vision tower (it has "
+                              f"{', '.join(['text', *spec.towers])})")
+        return {}
+    out: dict[str, Any] = {"images": 1 if images is None else images}
+    if image_size is not None:
+        H, W = parse_image_size(image_size)
+        p = vision.sizes("patch_embedding").patch_size
+        if H % p or W % p:
+            raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s vision patch size {p} (the "
+                              f"patches would not cover the image; {H // p * p}x{W // p * p} or "
+                              f"{-(-H // p) * p}x{-(-W // p) * p} would)")
+        out["image_size"] = (H, W)
+    return out
 
 
 def parse_image_size(text: str) -> tuple[int, int]:
@@ -170,6 +216,8 @@ def _images(spec: ModelSpec, image_size: str | None, images: int | None,
     flags). The flags are named as typed."""
     if images is not None and images < 1:
         raise TfcalcError(f"--images {images}: expected at least one image")
+    if spec.towers:
+        return None  # the images go to the vision tower (_tower_images)
     if spec.inputs != "images":
         given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
                  if value is not None]

@@ -19,6 +19,37 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .sizes import Count, Size
 
 
+class Connector(BaseModel):
+    """A piece of a multimodal model between its towers (a projector, a pooled output's projection, a lone scalar),
+    counted beside them. It reads `source`'s output: every token of each image (or audio clip), or with `pooled` the
+    one pooled vector per image (per text, with source='text'); drops the class token first where the model does;
+    averages `pool` tokens into one (no parameters: Gemma 3's 4x4 average pool); concatenates `merge` tokens into one
+    (a pixel shuffle: widths[0] is merge x the tower's width); applies a norm over widths[0]; then linears between
+    consecutive `widths` with `activation` between them. `scalars`: lone parameters (CLIP's logit_scale).
+    A connector of a tower's every token (not pooled) feeds the language model: its output tokens are among the text
+    tower's tokens (an image's tokens in the prompt)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    name: str = Field(description="Its component (projector, visual_projection, logit_scale).")
+    source: Literal["vision", "audio", "text"] = Field("vision", description="The tower whose output it reads.")
+    pooled: bool = Field(False, description="Reads each image's (text's) one pooled vector, not its every token.")
+    drop_class_token: bool = Field(False, description="Drops the class token before reading the tokens.")
+    pool: Size = Field(1, description="Tokens averaged into one before it (no parameters).")
+    merge: Size = Field(1, description="Tokens concatenated into one before it (a pixel shuffle).")
+    norm: Literal["none", "layernorm", "rmsnorm"] = Field("none", description="A norm over widths[0] first.")
+    widths: list[Size] = Field([], description="Widths in, between and out: a linear between each two.")
+    bias: bool = Field(False, description="Biases on its linears.")
+    activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
+        "gelu", description="Between its linears.")
+    scalars: Count = Field(0, description="Lone parameters (logit_scale, logit_bias).")
+
+    @property
+    def into_text(self) -> bool:
+        """Its outputs are tokens of the language model (an image's tokens in the prompt)."""
+        return self.source != "text" and not self.pooled and bool(self.widths)
+
+
 class ModelSpec(BaseModel):
     """A decoder-only, encoder-only or encoder-decoder transformer, by its sizes and architectural choices.
 
@@ -265,6 +296,14 @@ class ModelSpec(BaseModel):
                                                       "masks the others, as an eager model does: the same FLOPs). "
                                                       "Default with the indexer: 2048 (DeepSeek-V3.2's).")
 
+    # multimodal: the other towers beside this one (the language model, or CLIP's text tower)
+    towers: dict[Literal["vision", "audio"], ModelSpec] = Field(
+        {}, description="The model's other towers, each a model of its own (a vision encoder: inputs='images'), counted "
+                        "beside this one, which is the text tower. Their components are named under the tower "
+                        "(vision/attention/qkv).")
+    connectors: list[Connector] = Field([], description="What joins the towers: projectors, pooled outputs' "
+                                                        "projections, lone scalars (Connector).")
+
     # encoder-decoder
     shared_embeddings: bool = Field(True, description="Encoder and decoder share one token embedding "
                                                       "(encoder-decoder only).")
@@ -434,9 +473,30 @@ class ModelSpec(BaseModel):
                             "lm_head=False")
         if self.inputs == "tokens" and "patch_embedding" in self.kinds:
             problems.append("kinds.patch_embedding: only for a model of images (inputs='images')")
+        self._check_towers(problems)
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
+
+    def _check_towers(self, problems: list[str]) -> None:
+        """A vision tower reads images; a tower has no towers of its own; a connector reads a tower the model has."""
+        for name, tower in self.towers.items():
+            if tower.towers or tower.connectors:
+                problems.append(f"towers.{name}: a tower has no towers or connectors of its own")
+            if name == "vision" and tower.inputs != "images":
+                problems.append(f"towers.vision: a vision tower reads images (inputs='images'), got "
+                                f"inputs={tower.inputs!r}")
+        names = [c.name for c in self.connectors]
+        for c in self.connectors:
+            if c.source != "text" and c.source not in self.towers:
+                problems.append(f"connectors: {c.name!r} reads the {c.source} tower, which the model does not have "
+                                f"(towers: {', '.join(['text', *self.towers])})")
+            if len(c.widths) == 1:
+                problems.append(f"connectors: {c.name!r} has widths={c.widths}: give its input and output widths")
+            if names.count(c.name) > 1:
+                problems.append(f"connectors: {c.name!r} is named twice")
+        if self.connectors and not self.towers:
+            problems.append("connectors: only for a model with towers (towers.vision, towers.audio)")
 
     def _check_images(self, problems: list[str]) -> None:
         """A model of images (inputs='images', ViT): the patch embedding's learned position table has a row per patch

@@ -127,10 +127,11 @@ class Model:
     source: str = "flags"
 
     @classmethod
-    def resolve(cls, preset: str | None, spec_file: Path | None = None, hf_config: Path | None = None) -> Model:
+    def resolve(cls, preset: str | None, spec_file: Path | None = None, hf_config: Path | None = None,
+                tower: str | None = None) -> Model:
         if preset is None and spec_file is None and hf_config is None:
             return cls(None, "flags")
-        spec, source = resolve(preset, spec_file, {}, hf_config)
+        spec, source = resolve(preset, spec_file, {} if tower is None else {"tower": tower}, hf_config)
         return cls(spec, source)
 
     def at(self, overrides: dict[str, Any]) -> ModelSpec:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import TfcalcError
 from ..spec import ModelSpec
@@ -30,6 +30,7 @@ class Group:
     copies: int | None = None
     kind: str = "block"  # "embedding", "block", "final_norm" or "head"
     stack: Stack | None = None  # the stack it belongs to (None: the model's shared table and its head)
+    tower: str = ""  # a multimodal model's tower ("text", "vision", "audio") or "connectors"; "" in a model of one
 
     @property
     def block(self) -> bool:
@@ -65,6 +66,23 @@ class Inventory:
         scores and values are its sublayer's)."""
         return {name: _family(op) for op, _ in self for name in op.names()}
 
+    def towers(self) -> list[str]:
+        """A multimodal model's towers and connectors, in model order ([] for a model of one tower)."""
+        return list(dict.fromkeys(g.tower for g in self.groups if g.tower))
+
+    def tower(self, name: str) -> Iterator[tuple[Op, int]]:
+        """The records of one tower (or of the connectors), with the times the model performs each."""
+        for group in self.groups:
+            if group.tower == name:
+                for op in group.ops:
+                    yield op, group.repeat
+
+    def tower_parameters(self, name: str) -> Iterator[tuple[Op, int]]:
+        for group in self.groups:
+            if group.tower == name:
+                for op in group.ops:
+                    yield op, group.parameter_sets
+
     def components(self) -> list[str]:
         """Component names in model order (an attention core gives `.../scores` and `.../values`)."""
         names: dict[str, None] = {}
@@ -92,7 +110,8 @@ def default_workload(spec: ModelSpec) -> Workload:
         sizes = spec.sizes("patch_embedding")
         image = (sizes.height, sizes.width)
     return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len,
-                    src_len=spec.seq_len if spec.is_encoder_decoder else None, image_size=image)
+                    src_len=spec.seq_len if spec.is_encoder_decoder else None, image_size=image,
+                    images=1 if "vision" in spec.towers else None)  # one image at the vision tower's size
 
 
 def validate(spec: ModelSpec, workload: Workload) -> None:
@@ -104,7 +123,13 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
     if not spec.causal and workload.phase != "train":
         problems.append(f"phase={workload.phase!r}: {spec.label} is a bidirectional encoder; it has no KV cache "
                         "to prefill or decode (use phase='train' for a forward over whole sequences)")
-    if spec.inputs == "images" or workload.image_size is not None:
+    if spec.towers:
+        problems += _tower_problems(spec, workload)
+    elif workload.images is not None:
+        problems.append(f"images={workload.images}: only a model with a vision tower takes images beside its tokens"
+                        + (" (a model of images alone runs batch_size images)" if spec.inputs == "images" else
+                           f" ({spec.label} has none)"))
+    if not spec.towers and (spec.inputs == "images" or workload.image_size is not None):
         problems += _image_problems(spec, workload)
     elif spec.positions == "learned":
         if workload.keys > spec.max_positions:
@@ -138,6 +163,23 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     return []
 
 
+def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
+    """A multimodal model: its vision tower's images, its connectors' token groups, the image tokens in the prompt;
+    a model whose text tower has no LM head (a dual encoder: CLIP) has no cache."""
+    from . import towers
+
+    if workload.phase != "train" and not spec.lm_head:
+        return [f"phase={workload.phase!r}: {spec.label} encodes texts and images (its text tower has no LM head); it "
+                "has no KV cache to prefill or decode (use phase='train' for a forward)"]
+    if "vision" not in spec.towers:
+        return [f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower"] \
+            if workload.image_size is not None or workload.images is not None else []
+    vision = spec.towers["vision"]
+    problems = [p.replace(vision.label, f"{spec.label}'s vision tower", 1)
+                for p in _image_problems(vision, towers.tower_workload(spec, "vision", workload))]
+    return problems or towers.connector_problems(spec, workload)
+
+
 def _shown(hw: tuple[int, int]) -> str:
     return f"{hw[0]}x{hw[1]}"
 
@@ -150,10 +192,34 @@ def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
     if workload is not None and not isinstance(workload, Workload):
         raise TfcalcError(f"workload: expected a tfcalc.Workload or None, got {type(workload).__name__}")
     workload = workload or default_workload(spec)
+    if spec.towers:
+        return _multimodal(spec, workload)
     if spec.is_encoder_decoder and workload.src_len is None:
         workload = workload.model_copy(update={"src_len": workload.seq_len})
     (groups,) = stages(spec, workload, 1)
     return Inventory(spec, workload, tuple(g for g in groups if g.ops))
+
+
+def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
+    """The text tower's groups, each other tower's on its own workload (records named under it) and the connectors'
+    (tfcalc.arch.towers). In decode the towers and connectors hold their parameters and do no work (repeat 0)."""
+    from . import towers
+
+    if workload.images is None and "vision" in spec.towers:
+        workload = workload.model_copy(update={"images": 1})
+    decode = workload.phase == "decode"
+    text = build(towers.text_tower(spec), workload.model_copy(update={"images": None, "image_size": None}))
+    groups = [replace(g, tower="text") for g in text.groups]
+    for name in spec.towers:
+        own = build(spec.towers[name], towers.tower_workload(spec, name, workload))
+        groups += [replace(g, label=f"{name} {g.label}", ops=tuple(towers.prefixed(op, name) for op in g.ops),
+                           tower=name, **({"repeat": 0, "copies": g.parameter_sets} if decode else {}))
+                   for g in own.groups]
+    ops = tuple(op for c in spec.connectors for op in towers.connector_ops(spec, c, workload))
+    if ops:
+        groups.append(Group("connectors", 0 if decode else 1, ops, copies=1 if decode else None, kind="connector",
+                            tower="connectors"))
+    return Inventory(spec, workload, tuple(groups))
 
 
 def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:

@@ -42,7 +42,11 @@ class Workload(BaseModel):
     src_len: Size | None = Field(None, description="Encoder tokens per sequence (encoder-decoder only).")
     image_size: Annotated[tuple[Size, Size] | None, BeforeValidator(_pair)] = Field(
         None, description="A model of images (ViT): each sequence is one image of (height, width) pixels, seq_len its "
-                          "patches and the class token. None: the model's own image size.")
+                          "patches and the class token. A model with a vision tower: each image's size. None: the "
+                          "model's own image size.")
+    images: Size | None = Field(None, description="A model with a vision tower: images in the step, each encoded "
+                                                   "once by the tower (None: one). A model of images alone (ViT) "
+                                                   "runs batch_size images.")
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
@@ -66,6 +70,8 @@ class Workload(BaseModel):
             data.pop("image_size", None)
         else:
             data["image_size"] = list(data["image_size"])
+        if data.get("images") is None:
+            data.pop("images", None)
         return data
 
     @property
@@ -84,6 +90,13 @@ class Workload(BaseModel):
         return self.seq_len if self.phase == "train" else 1
 
     def describe(self) -> str:
+        if self.images is not None:
+            parts = [f"{self.phase}: B={self.batch_size} N={self.seq_len} token{'s' if self.seq_len != 1 else ''}"]
+            if self.context:
+                parts.append(f"context={self.context} cached")
+            size = "" if self.image_size is None else f" of {self.image_size[0]}x{self.image_size[1]}"
+            parts.append(f"{self.images} image{'s' if self.images != 1 else ''}{size}")
+            return " ".join(parts)
         if self.image_size is not None:
             H, W = self.image_size
             return (f"{self.phase}: {self.batch_size} image{'s' if self.batch_size != 1 else ''} of {H}x{W}, "

@@ -190,6 +190,15 @@ class CountResult:
     def workload(self) -> Workload:
         return self.inventory.workload
 
+    @property
+    def towers(self) -> dict[str, dict[str, int]]:
+        """A multimodal model's parameters and forward FLOPs per tower (text, vision, audio) and of its connectors, in
+        model order; {} for a model of one tower. They sum to the totals."""
+        inv = self.inventory
+        return {name: {"params": sum(n * sum(op.parameters().values()) for op, n in inv.tower_parameters(name)),
+                       "forward": sum(n * sum(op.forward().values()) for op, n in inv.tower(name))}
+                for name in inv.towers()}
+
     def components(self) -> list[str]:
         """Every component with parameters or FLOPs, in model order."""
         present = set(self.params.components) | set(self.flops.components)
@@ -199,6 +208,7 @@ class CountResult:
         return {
             "spec": self.spec.model_dump(),
             "workload": {**self.workload.model_dump(), "keys": self.workload.keys},
+            **({"towers": self.towers} if self.inventory.towers() else {}),
             "params": self.params.to_dict(),
             "flops": self.flops.to_dict(),
             "macs": self.macs.to_dict(),

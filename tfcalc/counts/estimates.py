@@ -134,7 +134,12 @@ def _measure(spec: ModelSpec) -> tuple[int, int, int]:
 def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
     """Per sequence of N tokens (and, in an encoder-decoder, N source tokens): attention(N) = a N + b N^2 and
     MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
-    sequence at N = 1 and N = 2; the shares are those of `inv`'s forward, the workload counted."""
+    sequence at N = 1 and N = 2 (of a multimodal model's text tower: the language model's tokens); the shares are
+    those of `inv`'s forward, the workload counted (every tower's)."""
+    if spec.towers:
+        from ..arch.towers import text_tower
+
+        spec = text_tower(spec)
     a, b, m = _coefficients(spec)
     if b:
         n_cross: int | None = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token

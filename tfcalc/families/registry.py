@@ -75,6 +75,12 @@ class Family:
     aliases: Mapping[str, str] | None = None
     encoder_decoder: bool | None = None
     nested: tuple[str, str] | None = None  # (the language model's model_type, the field holding its config)
+    # a multimodal config's other towers read beside its nested language model: tower ("vision", "audio") -> (its
+    # model_type, the field holding its config); without them a nested family's other towers are not modelled
+    towers: Mapping[str, tuple[str, str]] | None = None
+    # the connectors between them: (the config's checked fields, each tower's ModelSpec fields ("text", "vision"),
+    # notes) -> tfcalc.spec.Connector fields
+    connectors: Callable[[dict[str, Any], dict[str, dict[str, Any]], list[str]], list[dict[str, Any]]] | None = None
     like: str | None = None  # the family this one starts from
     # config field -> the ModelSpec field of that stack's block count (check --hf-config writes -L there, or into the
     # field's alias when the config gives it); DEFAULT_LAYER_KEYS when left out
@@ -127,7 +133,7 @@ def _resolve(model_type: str, seen: tuple[str, ...]) -> Family:
     types = dict(own.types or {})
     aliases = dict(own.aliases or {})
     types |= {alias: types[field] for alias, field in aliases.items() if alias not in types and field in types}
-    return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases,
+    return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases, towers=dict(own.towers or {}),
                    encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(own.layer_keys or DEFAULT_LAYER_KEYS))
 
 

@@ -101,6 +101,9 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
     """Build the reference model on `device` for `workload` (default: the spec's train step) and compare every
     count with FlopCounterMode and fvcore. `fold`: build one block of each kind and count it once per block of that
     kind (tfcalc.verify.folding); None: only for a model with more than FOLD_EXPERTS expert modules."""
+    if spec.towers:
+        raise TfcalcError(f"check: {spec.label} has a {' and '.join(spec.towers)} tower beside its language model; the "
+                          "reference model is built one tower at a time for now (--tower text, --tower vision)")
     torch = _import_torch()
     from ..reference import build_model, example_inputs
 

@@ -189,7 +189,7 @@ def _layer_keys(family: registry.Family, raw: dict) -> dict[str, str]:
     return keys
 
 
-_WORKLOAD_FIELDS = {"name", "seq_len", "batch_size"}
+_WORKLOAD_FIELDS = {"name", "seq_len", "batch_size", "tower"}
 
 
 def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],

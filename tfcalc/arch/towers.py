@@ -1,0 +1,147 @@
+"""A multimodal model (`ModelSpec.towers`): its text tower, each other tower run on its own workload, and the
+connectors between them, folded as one inventory.
+
+The spec itself is the text tower (the language model, or CLIP's text encoder); `towers` holds the others, each a
+ModelSpec of its own (a vision encoder reads images: inputs='images'). A workload of such a model is the text
+tower's (batch_size sequences of seq_len tokens) with `images` images of `image_size` in the step: the vision tower
+runs once over every image (batch = images), and a connector that feeds the language model (`Connector.into_text`)
+turns each image's tokens into tokens of the prompt, which are among the text tower's seq_len. In decode the images
+were encoded at the prefill: the towers and connectors hold their parameters and do no work.
+
+Every record of a tower is named under it (`vision/attention/qkv`, `vision/embedding/patch`); the text tower's keep
+their own names (`attention/qkv`), so `--tower text` counts them as a language model alone does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import TfcalcError
+from ..spec import Connector, ModelSpec
+from .builders import ACTIVATION_FLOPS
+from .ops import Elementwise, Matmul, Norm, Op, Table
+from .workload import Workload
+
+TOWERS = ("text", "vision", "audio")
+
+
+def text_tower(spec: ModelSpec) -> ModelSpec:
+    """The text tower alone: the spec without its other towers and connectors."""
+    return spec.replace(towers={}, connectors=[])
+
+
+def select(spec: ModelSpec, tower: str) -> ModelSpec:
+    """The tower `tower` ("text", "vision", "audio") of `spec` as a model of its own, or the whole model ("all")."""
+    if tower == "all":
+        return spec
+    if tower not in TOWERS:
+        raise TfcalcError(f"--tower {tower}: expected one of text, vision, audio, all")
+    if not spec.towers:
+        if tower == "text" and spec.inputs == "tokens":
+            return spec
+        what = "a model of images" if spec.inputs == "images" else "a model of tokens"
+        raise TfcalcError(f"--tower {tower}: {spec.label} is {what} with no other towers (--tower all counts it)")
+    if tower == "text":
+        return text_tower(spec)
+    if tower not in spec.towers:
+        raise TfcalcError(f"--tower {tower}: {spec.label} has no {tower} tower (it has "
+                          f"{', '.join(['text', *spec.towers])})")
+    own = spec.towers[tower]
+    return own if own.name else own.replace(name=f"{spec.label} ({tower})")
+
+
+def tokens_per_image(spec: ModelSpec, height: int, width: int) -> int:
+    """The vision tower's tokens per image of height x width pixels (its patches, and a class token where it has
+    one)."""
+    sizes = spec.towers["vision"].sizes("patch_embedding")
+    return sizes.tokens(height, width)
+
+
+def image_size(spec: ModelSpec, workload: Workload) -> tuple[int, int]:
+    """The workload's image size, else the vision tower's own."""
+    if workload.image_size is not None:
+        return workload.image_size
+    sizes = spec.towers["vision"].sizes("patch_embedding")
+    return sizes.height, sizes.width
+
+
+def images(workload: Workload) -> int:
+    """Images in the step: the workload's, else one."""
+    return 1 if workload.images is None else workload.images
+
+
+def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
+    """What tower `name` runs on: every image of the step, each its patches (and class token)."""
+    if name != "vision":
+        raise TfcalcError(f"towers.{name}: not modelled yet (a vision tower is)")
+    H, W = image_size(spec, workload)
+    return Workload(batch_size=images(workload), seq_len=tokens_per_image(spec, H, W), image_size=(H, W))
+
+
+def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[int, int]:
+    """(units, rows per unit) a connector reads: images (texts) and, per image, its pooled vector or its tokens after
+    the class token is dropped, `pool` averaged and `merge` concatenated into one."""
+    if c.source == "text":
+        units, tokens = workload.batch_size, workload.seq_len
+    else:
+        units = images(workload)
+        tokens = tower_workload(spec, c.source, workload).seq_len
+    if c.pooled:
+        return units, 1
+    return units, (tokens - int(c.drop_class_token)) // (c.pool * c.merge)
+
+
+def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
+    """A connector's pool and merge must divide each image's tokens; the image tokens a connector puts into the
+    prompt must fit the text tower's tokens."""
+    problems = []
+    into = 0
+    for c in spec.connectors:
+        if c.pooled or c.source == "text" or not c.widths:
+            continue
+        tw = tower_workload(spec, c.source, workload)
+        tokens = tw.seq_len - int(c.drop_class_token)
+        if tokens % (c.pool * c.merge):
+            problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {tokens} {c.source} tokens per image "
+                            f"do not divide into {c.pool * c.merge}-token groups ({spec.label}'s {c.name})")
+        elif c.into_text:
+            into += images(workload) * (tokens // (c.pool * c.merge))
+    if into and workload.phase != "decode" and into > workload.tokens:
+        problems.append(f"seq_len={workload.seq_len}: the images' {into:,} tokens in the prompt do not fit "
+                        f"batch_size x seq_len = {workload.tokens:,} tokens of {spec.label}'s language model "
+                        "(seq_len counts the text and the image tokens)")
+    return problems
+
+
+def image_tokens(spec: ModelSpec, workload: Workload) -> int:
+    """The tokens the step's images become in the language model's prompt (0 for a dual encoder: CLIP)."""
+    total = 0
+    for c in spec.connectors:
+        if c.into_text:
+            units, rows = connector_rows(spec, c, workload)
+            total += units * rows
+    return total
+
+
+def connector_ops(spec: ModelSpec, c: Connector, workload: Workload) -> list[Op]:
+    """A connector's records: its norm, its linears with the activations between them, its scalars."""
+    units, per = connector_rows(spec, c, workload)
+    rows = units * per
+    ops: list[Op] = []
+    if c.norm != "none":  # over widths[0]: the pooled or merged vectors
+        ops.append(Norm(f"{c.name}/norm", c.norm, rows, c.widths[0]))
+    pairs = list(zip(c.widths, c.widths[1:]))
+    for i, (k, n) in enumerate(pairs):
+        name = c.name if len(pairs) == 1 else f"{c.name}/linear_{i + 1}"
+        ops.append(Matmul(name, rows, k, n, bias=c.bias, role="connector"))  # x: [rows, k] @ W: [k, n]
+        if i + 1 < len(pairs):
+            ops.append(Elementwise(f"{c.name}/act", "activation", rows * n, ACTIVATION_FLOPS[c.activation],
+                                      c.activation))
+    if c.scalars:
+        ops.append(Table(c.name, 1, c.scalars, "scalar"))  # logit_scale (logit_bias): [1] each
+    return [replace(op, sublayer="connector") for op in ops]
+
+
+def prefixed(op: Op, tower: str) -> Op:
+    """A tower's record, named under the tower."""
+    return replace(op, component=f"{tower}/{op.component}")
