@@ -165,3 +165,18 @@ def test_plans_take_one_tower(toml, command):
     assert out.exit_code == 2 and "--tower text plans the language model" in out.output, out.output
     text = runner.invoke(app, [*command, "--spec", str(toml), "--tower", "text"])
     assert text.exit_code == 0, text.output
+
+
+def test_check_builds_every_tower_and_the_connectors(spec):
+    from tfcalc.verify import check
+
+    report = check(spec, train=True, workload=Workload(seq_len=1024, images=1, image_size=(448, 448)))
+    assert report.match, [r for r in [*report.forward, *report.params] if not r.match]
+    rows = {r.component: r for r in report.params}
+    assert rows["vision/embedding/patch"].model == 3 * 16 * 16 * 768 + 768  # the tower's own Conv2d
+    assert rows["projector"].model == PROJECTOR  # an nn.Linear(768, 768) of its own
+    forward = {r.component: r for r in report.forward}
+    assert forward["projector"].flop_counter == 2 * 784 * 768 * 768  # FlopCounterMode's addmm over 28 x 28 patches
+    assert report.total(report.params, "model") == GPT2 + VIT_B16_NO_POOLER + PROJECTOR
+    with pytest.raises(TfcalcError, match="towers did their work at the prefill"):
+        check(spec, workload=Workload(phase="decode", seq_len=1, context=10))

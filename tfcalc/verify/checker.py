@@ -102,8 +102,7 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
     count with FlopCounterMode and fvcore. `fold`: build one block of each kind and count it once per block of that
     kind (tfcalc.verify.folding); None: only for a model with more than FOLD_EXPERTS expert modules."""
     if spec.towers:
-        raise TfcalcError(f"check: {spec.label} has a {' and '.join(spec.towers)} tower beside its language model; the "
-                          "reference model is built one tower at a time for now (--tower text, --tower vision)")
+        return _check_towers(spec, device, train, workload, fold)
     torch = _import_torch()
     from ..reference import build_model, example_inputs
 
@@ -153,6 +152,105 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
         routing = ("deterministic round robin (meta has no data): token t's j-th slot t*k+j goes to expert "
                    "(t*k+j) mod n_experts" if device == "meta" else "real: softmax router, top-k per token")
     return CheckReport(spec, device, forward, params, fv.uncounted_ops, notes, workload, train_row, routing)
+
+
+def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload | None,
+                  fold: bool | None) -> CheckReport:
+    """A multimodal model: each tower's reference model checked on its own workload (the language model on the
+    text tokens, the vision tower on every image), the connectors' linears as torch modules of their own; rows named
+    as the whole model's count names them, the train step the sum of the parts'."""
+    from ..arch.towers import text_tower, tower_workload
+
+    result = count(spec, workload)
+    w = result.workload
+    if w.phase == "decode":
+        raise TfcalcError(f"phase='decode': {spec.label}'s towers did their work at the prefill; check the prefill "
+                          "(--phase prefill) or the language model alone (--tower text)")
+    parts = [("", check(text_tower(spec), device, train, w.model_copy(update={"images": None, "image_size": None}),
+                        fold))]
+    parts += [(name, check(spec.towers[name], device, train, tower_workload(spec, name, w), fold))
+              for name in spec.towers]
+    forward = [FlopRow(f"{name}/{r.component}" if name else r.component, r.analytic, r.flop_counter, r.fvcore_macs)
+               for name, report in parts for r in report.forward]
+    params = [ParamRow(f"{name}/{r.component}" if name else r.component, r.analytic, r.model, r.fvcore)
+              for name, report in parts for r in report.params]
+    uncounted: Counter[str] = Counter()
+    for _, report in parts:
+        uncounted.update(report.uncounted_ops)
+    c_forward, c_params, c_train = _check_connectors(spec, result, device, train)
+    forward += c_forward
+    params += c_params
+    notes = list(dict.fromkeys(n for _, report in parts for n in report.notes))
+    notes.append(f"{spec.label}: each tower's reference model built alone on its own workload (the vision tower on "
+                 f"{w.images or 1} image(s)); the connectors' pooling and pixel shuffle are averages and reshapes (no "
+                 "matmul); their norms and linears are torch modules of their own")
+    train_row = None
+    if train:
+        train_row = TrainRow(result.flops.train_step, sum(r.train.flop_counter for _, r in parts) + c_train)
+    routing = next((r.routing for _, r in parts if r.routing), "")
+    return CheckReport(spec, device, forward, params, dict(uncounted), notes, w, train_row, routing)
+
+
+def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tuple[list, list, int]:
+    """The connectors' rows: each as torch modules (its norm over widths[0], its linears with the activation between
+    them, its scalars) on the rows it reads, counted by FlopCounterMode and fvcore."""
+    import torch
+    from fvcore.nn import FlopCountAnalysis
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..arch.towers import connector_rows
+
+    acts = {"gelu": lambda: torch.nn.GELU(), "gelu_tanh": lambda: torch.nn.GELU(approximate="tanh"),
+            "relu": torch.nn.ReLU, "silu": torch.nn.SiLU}
+    forward, params, train_flops = [], [], 0
+    fwd, p = result.flops.components, result.params.components
+    on = "meta" if device == "meta" else device
+    for c in spec.connectors:
+        units, per = connector_rows(spec, c, result.workload)
+        layers: list[tuple[str, torch.nn.Module]] = []
+        if c.norm != "none":
+            norm = torch.nn.LayerNorm(c.widths[0]) if c.norm == "layernorm" else torch.nn.RMSNorm(c.widths[0])
+            layers.append((f"{c.name}/norm", norm))
+        pairs = list(zip(c.widths, c.widths[1:]))
+        for i, (k, n) in enumerate(pairs):
+            layers.append((c.name if len(pairs) == 1 else f"{c.name}/linear_{i + 1}", torch.nn.Linear(k, n, bias=c.bias)))
+            if i + 1 < len(pairs):
+                layers.append((f"{c.name}/act", acts[c.activation]()))
+        with torch.device(on):
+            modules = [(name, m.to(on)) for name, m in layers]
+            scalars = torch.nn.Parameter(torch.zeros(c.scalars)) if c.scalars else None
+        counted: Counter[str] = Counter()
+        for name, m in modules:
+            counted[name] += sum(q.numel() for q in m.parameters())
+        if scalars is not None:
+            counted[c.name] += scalars.numel()
+        for name in dict.fromkeys([*(n for n, _ in modules if counted[n]), *([c.name] if scalars is not None else [])]):
+            params.append(ParamRow(name, p.get(name, 0), counted[name], counted[name]))
+        if not modules:
+            continue
+        model = torch.nn.Sequential(*(m for _, m in modules))
+        x = torch.zeros(units * per, c.widths[0], device=on)
+        with FlopCounterMode(display=False) as fc:
+            model(x)
+        flops = fc.get_total_flops()
+        macs = FlopCountAnalysis(model, (x,)).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+        linears = [name for name, m in modules if isinstance(m, torch.nn.Linear)]
+        for name in linears:  # one component per linear: each counted alone
+            m = dict(modules)[name]
+            xi = torch.zeros(units * per, m.in_features, device=on)
+            with FlopCounterMode(display=False) as one:
+                m(xi)
+            one_macs = FlopCountAnalysis(m, (xi,)).unsupported_ops_warnings(False).uncalled_modules_warnings(
+                False).total()
+            forward.append(FlopRow(name, fwd.get(name, 0), one.get_total_flops(), one_macs))
+        assert flops == sum(r.flop_counter for r in forward if r.component in linears) and 2 * macs == flops, \
+            (c.name, flops, macs)
+        if train:  # its input is the tower's output, which needs a gradient
+            with FlopCounterMode(display=False) as fc:
+                out = model(torch.zeros(units * per, c.widths[0], device=on, requires_grad=True))
+                out.sum().backward()
+            train_flops += fc.get_total_flops()
+    return forward, params, train_flops
 
 
 def _import_torch():
