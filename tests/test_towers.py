@@ -159,12 +159,34 @@ def test_cli_refusals(toml, args, message):
     assert out.exit_code == 2 and message in out.output, out.output
 
 
-@pytest.mark.parametrize("command", [["memory"], ["infer", "--gpu", "h100-sxm"], ["train", "--tokens", "1e9"]])
-def test_plans_take_one_tower(toml, command):
+@pytest.mark.parametrize("command", [["memory", "--optimizer", "adamw"], ["train", "--tokens", "1e9"],
+                                     ["profile"], ["check", "--memory"]])
+def test_training_plans_take_one_tower(toml, command):
     out = runner.invoke(app, [*command, "--spec", str(toml)])
     assert out.exit_code == 2 and "--tower text plans the language model" in out.output, out.output
-    text = runner.invoke(app, [*command, "--spec", str(toml), "--tower", "text"])
-    assert text.exit_code == 0, text.output
+
+
+def test_inference_plans_hold_every_tower(toml):
+    out = runner.invoke(app, ["memory", "--spec", str(toml), "--context", "900", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["weights_bytes"] == 2 * (GPT2 + VIT_B16_NO_POOLER + PROJECTOR)  # bf16, every tower's weights
+    text = json.loads(runner.invoke(app, ["memory", "--spec", str(toml), "--tower", "text", "--context", "900",
+                                          "--json"]).output)
+    assert data["kv_cache_bytes"] == text["kv_cache_bytes"]  # only the language model keeps keys and values
+    infer = runner.invoke(app, ["infer", "--spec", str(toml), "--gpu", "h100-sxm", "--context", "800", "--json"])
+    assert infer.exit_code == 0, infer.output
+    plan = json.loads(infer.output)
+    alone = json.loads(runner.invoke(app, ["infer", "--spec", str(toml), "--tower", "text", "--gpu", "h100-sxm",
+                                           "--context", "800", "--json"]).output)
+    vision = count(load_preset("vit-b16").replace(n_classes=None)).flops.forward
+    # the image is encoded at the prefill (the tower and the projector over its 196 patches), not at the decode
+    assert plan["prefill"]["flops"] == alone["prefill"]["flops"] + vision + 2 * 196 * 768 * 768
+    assert plan["decode"]["flops"] == alone["decode"]["flops"]
+    for args, message in ((["--tp", "2"], "tp=2: toy-vlm has a vision tower"),
+                          (["--quant", "nf4"], "quant='nf4': toy-vlm has a vision tower")):
+        out = runner.invoke(app, ["infer", "--spec", str(toml), "--gpu", "h100-sxm", *args])
+        assert out.exit_code == 2 and message in out.output, out.output
 
 
 def test_check_builds_every_tower_and_the_connectors(spec):

@@ -310,12 +310,13 @@ ImagesOpt = Annotated[Optional[int], typer.Option("--images", parser=_integer, m
     "step, each encoded once, their tokens among the language model's --seq-len (default 1)."))]
 
 
-def _tokens_only(spec: ModelSpec, command: str) -> None:
-    """The plans (memory, infer, train, profile) take models of tokens for now: a model of images is refused by name."""
-    if spec.towers:
+def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
+    """The plans (memory, infer, train, profile) take models of tokens for now: a model of images is refused by name;
+    a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU)."""
+    if spec.towers and not towers:
         raise TfcalcError(f"tfcalc {command}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language "
-                          f"model; {command} plans one tower for now: --tower text plans the language model (count "
-                          "counts the whole model)")
+                          f"model; {command} plans one tower for now: --tower text plans the language model (count, "
+                          "check, inference memory and infer take the whole model)")
     if spec.inputs != "tokens":
         raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of images (inputs='images'); {command} plans "
                           "models of tokens for now (count and check take --image-size and --images)")
@@ -1261,7 +1262,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     def plan(p):
         v = p.values
         ctx, src, tgt = v.get("context", context), v.get("src_len", src_len), v.get("tgt_len", tgt_len)
-        _tokens_only(p.spec, "memory")
+        _tokens_only(p.spec, "memory" + (" (a train step)" if training else ""), towers=not training)
         if training:
             from .plan.training import Layout, training_memory
 
@@ -1418,7 +1419,7 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     def plan(p):
         ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
-        _tokens_only(s, "infer")
+        _tokens_only(s, "infer", towers=True)
         if ctx is not None and ("seq_len" in overrides or "seq_len" in axes) and not s.is_encoder_decoder:
             raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
                               "when --context is not given); give one")

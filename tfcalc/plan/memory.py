@@ -124,6 +124,9 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
     """Refuse a tensor-parallel size the model's heads cannot take, naming the value."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise TfcalcError(f"tp={tp!r}: expected a positive integer")
+    if spec.towers and tp > 1:
+        raise TfcalcError(f"tp={tp}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language model; "
+                          "its tensor-parallel split is not planned yet (tp=1, or --tower text)")
     kv = [spec.n_kv_heads] + ([spec.global_n_kv_heads] if spec.global_n_kv_heads else [])
     if tp > 1 and (spec.n_heads % tp or any(k % tp and tp % k for k in kv)):
         raise TfcalcError(f"tp={tp}: tensor parallelism splits the attention heads; it must divide n_heads="
@@ -131,12 +134,16 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
                           + (f" and global_n_kv_heads={spec.global_n_kv_heads}" if spec.global_n_kv_heads else ""))
 
 
-def check_quant(dtype: str, quant):
+def check_quant(dtype: str, quant, spec: ModelSpec | None = None):
     """`quant` as a tfcalc.plan.quant.Quant (or None; a format's name is read); a quantized format stores the linear
     layers itself: `dtype` is then the other tensors' (16 or 32 bits)."""
     from .quant import as_quant
 
     quant = as_quant(quant)
+    if quant is not None and spec is not None and spec.towers:
+        raise TfcalcError(f"quant={quant.name!r}: {spec.label} has a {' and '.join(spec.towers)} tower beside its "
+                          "language model; which of its linears a quantized checkpoint stores quantized is not "
+                          "modelled yet (--tower text)")
     if quant is not None and dtype in QUANTIZED:
         raise TfcalcError(f"dtype={dtype!r}: with quant={quant.name!r} the dtype is the unquantized tensors' "
                           "(fp32, bf16 or fp16); give one or the other")
@@ -152,7 +159,7 @@ def weights_bytes(spec: ModelSpec, dtype: str, tp: int = 1, quant=None) -> int:
     if quant is not None:
         from .quant import weight_bytes
 
-        quant = check_quant(dtype, quant)
+        quant = check_quant(dtype, quant, spec)
         if quant is not None:
             return weight_bytes(spec, quant, tp, int(DTYPE_BYTES[dtype])).total
     inv = build(spec)
@@ -181,7 +188,7 @@ def inference_memory(spec: ModelSpec, workload: Workload, dtype: str = "bf16", k
     validate(spec, inv.workload)
     size = DTYPE_BYTES[kv_dtype]
     _dtype(dtype, "dtype", tuple(DTYPE_BYTES))
-    quant = check_quant(dtype, quant)
+    quant = check_quant(dtype, quant, spec)
     detail = None
     if quant is not None:
         from .quant import weight_bytes

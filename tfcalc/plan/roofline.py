@@ -140,7 +140,7 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
                kv_dtype: str | None = None, tp: int = 1, quant=None) -> PhaseCost:
     if dtype not in DTYPE_BYTES:
         raise TfcalcError(f"dtype={dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
-    quant = check_quant(dtype, quant)
+    quant = check_quant(dtype, quant, spec)
     kv_dtype = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     if kv_dtype not in DTYPE_BYTES or kv_dtype == "int4":
         raise TfcalcError(f"kv_dtype={kv_dtype!r}: expected one of fp32, bf16, fp16, fp8, int8")
@@ -160,6 +160,8 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
 
         read = read_bytes_fn(quant, tp, int(DTYPE_BYTES[dtype]))
     for op, repeat in inv:
+        if not repeat:  # a multimodal model's towers in decode: their images were encoded at the prefill
+            continue
         weight_bytes = read if read is not None and op.matrices(tp) else DTYPE_BYTES[dtype]
         cost = op.cost(weight_bytes, act, DTYPE_BYTES[kv_dtype], tp)
         if cost is not None:
