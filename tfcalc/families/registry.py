@@ -81,6 +81,12 @@ class Family:
     # the connectors between them: (the config's checked fields, each tower's ModelSpec fields ("text", "vision"),
     # notes) -> tfcalc.spec.Connector fields
     connectors: Callable[[dict[str, Any], dict[str, dict[str, Any]], list[str]], list[dict[str, Any]]] | None = None
+    # where each tower sits in transformers' whole class: tower ("text", "vision") -> a regex prefix of its modules'
+    # paths (check --hf-config maps them by the tower's own family's table, the vision tower's under "vision/")
+    prefixes: Mapping[str, str] | None = None
+    # the whole class's forward inputs beside input_ids and pixel_values: (transformers' config, {"input_ids": ...,
+    # "pixel_values": ...}, the workload, the image tokens) -> the inputs (image placeholder tokens, grids, ...)
+    hf_inputs: Callable[[Any, dict[str, Any], Workload, int], dict[str, Any]] | None = None
     like: str | None = None  # the family this one starts from
     # config field -> the ModelSpec field of that stack's block count (check --hf-config writes -L there, or into the
     # field's alias when the config gives it); DEFAULT_LAYER_KEYS when left out
@@ -134,6 +140,7 @@ def _resolve(model_type: str, seen: tuple[str, ...]) -> Family:
     aliases = dict(own.aliases or {})
     types |= {alias: types[field] for alias, field in aliases.items() if alias not in types and field in types}
     return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases, towers=dict(own.towers or {}),
+                   prefixes=dict(own.prefixes or {}),
                    encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(own.layer_keys or DEFAULT_LAYER_KEYS))
 
 

@@ -64,8 +64,26 @@ def fused_parts(component: str) -> tuple[str, ...]:
 
 
 def table(model_type: str) -> tuple[tuple[str, str], ...] | None:
-    """The module-name table of `model_type` (registered now), or None."""
-    return registry.family(model_type).components if model_type in registry.REGISTRY else None
+    """The module-name table of `model_type` (registered now), or None. A whole multimodal config's: its own rules
+    (the connectors, the head) and each tower's family's under the tower's prefix (registry.Family.prefixes), the
+    vision tower's components under "vision/"."""
+    if model_type not in registry.REGISTRY:
+        return None
+    family = registry.family(model_type)
+    if not family.towers or not family.prefixes:
+        return family.components
+    return _whole_table(model_type)
+
+
+@functools.cache
+def _whole_table(model_type: str) -> tuple[tuple[str, str], ...]:
+    family = registry.family(model_type)
+    rules = list(family.components or ())
+    for tower, prefix in family.prefixes.items():
+        inner = family.nested[0] if tower == "text" else family.towers[tower][0]
+        rules += [(prefix + pattern, component if tower == "text" else f"{tower}/{component}")
+                  for pattern, component in table(inner) or ()]
+    return tuple(rules)
 
 
 @functools.cache
@@ -201,6 +219,10 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
 
     model_type = raw["model_type"]
     base = read_hf_config(path).spec
+    if base.towers:  # --tower vision of a whole multimodal config: that tower's spec
+        from ..arch.towers import select
+
+        base = select(base, "vision" if spec.inputs == "images" else spec.inputs)
     raw = dict(raw)
     changed = []
     for key, field_name in _layer_keys(registry.family(model_type), raw).items():
@@ -226,9 +248,12 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
 
 # ---- building and tracing ------------------------------------------------------------------------------------------
 
-def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False):
+def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False,
+                 multimodal: bool = False):
     auto = [transformers.AutoModel]
-    if classifier:  # a classifier on the first token (ViTForImageClassification)
+    if multimodal and lm_head:  # a vision-language model: its generation class
+        auto = [transformers.AutoModelForImageTextToText, transformers.AutoModelForCausalLM, *auto]
+    elif classifier:  # a classifier on the first token (ViTForImageClassification)
         auto = [transformers.AutoModelForImageClassification, *auto]
     elif encoder_decoder:
         auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
@@ -241,14 +266,15 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False):
+def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False,
+          multimodal: bool = False):
     """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
     import torch
     import transformers
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
-    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier)
+    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier, multimodal)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
     try:
@@ -318,17 +344,21 @@ def _route_experts_round_robin(model) -> int:
 
 
 def trace(model, workload: Workload, encoder_decoder: bool,
-          images: tuple[int, tuple[int, int], bool] | None = None) -> tuple[int, dict[str, int], int]:
+          images: tuple[int, tuple[int, int], bool] | None = None, inputs: dict | None = None
+          ) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
-    (channels, (height, width), whether that is not the config's image size) of a model of images' input."""
+    (channels, (height, width), whether that is not the config's image size) of a model of images' input; `inputs`:
+    the forward's inputs, given whole (a multimodal model's)."""
     import inspect
 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     ids = torch.zeros(workload.batch_size, workload.seq_len, dtype=torch.long, device="meta")
-    inputs = {"input_ids": ids}
-    if images is not None:  # a model of images: pixel_values [B, C, H, W], the position table interpolated to them
+    given, inputs = inputs, {"input_ids": ids}
+    if given is not None:
+        inputs = dict(given)
+    elif images is not None:  # a model of images: pixel_values [B, C, H, W], the position table interpolated to them
         channels, (H, W), interpolate = images
         inputs = {"pixel_values": torch.empty(workload.batch_size, channels, H, W, device="meta"),
                   "interpolate_pos_encoding": interpolate}
@@ -444,7 +474,16 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     model_type = raw["model_type"]
     notes: list[str] = []
     nested = getattr(hf, "NESTED", {})
-    if model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
+    family = registry.family(model_type) if model_type in registry.REGISTRY else None
+    if family is not None and family.towers and spec.towers:
+        return _compare_whole(path, raw, spec, workload, overrides, notes)
+    if family is not None and family.towers and spec.inputs != "tokens":  # --tower vision (audio): that tower's config
+        tower = "vision" if spec.inputs == "images" else spec.inputs
+        inner_type, key = family.towers[tower]
+        raw = {**(raw.get(key) or {}), "model_type": inner_type}
+        notes.append(f"{model_type}: transformers' {tower} tower built from {key} ({inner_type}), as tfcalc reads it")
+        model_type = inner_type
+    elif model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
         inner_type, key = nested[model_type]
         outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
         inner = {k: v for k, v in (raw.get(key) or {}).items() if k != "tie_word_embeddings"}  # the outer flag ties
@@ -491,6 +530,58 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if outside:
         fwd.insert(-1, HfRow("forward", "(outside any module)", None, outside, None,
                              "counted at the model's top level; in the total"))
+    return HfReport(model_type, type(model).__name__, work, rows + fwd, notes=notes)
+
+
+def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, overrides: dict | None,
+                   notes: list[str]) -> HfReport:
+    """A whole multimodal config against transformers' whole class: every tower, the connectors and the head, on
+    the text tokens and the images of the workload (phase train), per component (each tower's by its family's table
+    under its prefix: `table`)."""
+    import torch
+
+    from ..arch.towers import image_size, image_tokens
+    from ..counts import count
+    from ..hf import read_hf_config
+    from .components import comparable
+
+    model_type = raw["model_type"]
+    family = registry.family(model_type)
+    base = read_hf_config(path).spec
+    if spec.replace(name=base.name, seq_len=base.seq_len, batch_size=base.batch_size) != base:
+        notes.append("overrides not written into a whole multimodal config: both sides count the config's own "
+                     "(--tower text or --tower vision writes -L into that tower's)")
+    if workload.phase != "train":
+        notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
+                     f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
+    work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, images=workload.images,
+                    image_size=workload.image_size)
+    spec = base.replace(batch_size=work.batch_size, seq_len=base.seq_len)
+    result = count(spec, work)
+    model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, multimodal=True)
+    if routed:
+        notes.append(f"MoE on meta: the eager experts of {routed} blocks route round robin (as for a language model)")
+    inputs = {"input_ids": torch.zeros(work.batch_size, work.seq_len, dtype=torch.long, device="meta")}
+    if "vision" in spec.towers:
+        H, W = image_size(spec, work)
+        channels = spec.towers["vision"].sizes("patch_embedding").channels
+        inputs["pixel_values"] = torch.empty(work.images or 1, channels, H, W, device="meta")
+    if family.hf_inputs is not None:
+        inputs = family.hf_inputs(model.config, inputs, work, image_tokens(spec, work))
+    total, own, outside = _guarded(path, trace, model, work, False, inputs=inputs)
+    params = parameters(model)
+    by_module: Counter[str] = Counter()
+    for name, n in params.items():
+        by_module[name if component_of(model_type, name) is not None else name.rpartition(".")[0]] += n
+    explain = _explainer(family, raw, spec, work)
+    rows = _rows("params", model_type, result.params.components, dict(by_module), result.params.total,
+                 sum(params.values()), explain)
+    fwd = _rows("forward", model_type, comparable(result.flops.components), own, result.flops.forward, total, explain)
+    if outside:
+        fwd.insert(-1, HfRow("forward", "(outside any module)", None, outside, None,
+                             "counted at the model's top level; in the total"))
+    notes.append(f"{model_type}: transformers' whole class, every tower on the workload's text tokens and "
+                 f"{work.images or 1} image(s)")
     return HfReport(model_type, type(model).__name__, work, rows + fwd, notes=notes)
 
 
