@@ -238,17 +238,26 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         mapping = factory._model_mapping
         if type(config) in mapping:
             return mapping[type(config)]
+    # a tower no Auto class maps (SiglipTextConfig): the model class its config class is named for
+    cls = getattr(transformers, type(config).__name__.removesuffix("Config") + "Model", None)
+    if cls is not None and getattr(cls, "config_class", None) is type(config):
+        return cls
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False):
-    """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
+def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False,
+          named: str | None = None):
+    """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts.
+    `named`: the class to build (the one `architectures` names, for a family that reads it), else by the Auto
+    classes."""
     import torch
     import transformers
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
-    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier)
+    cls = getattr(transformers, named, None) if named else None
+    if cls is None or getattr(cls, "config_class", None) is not type(config):
+        cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
     try:
@@ -468,8 +477,11 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                         src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
+    # a family that reads `architectures` (its types name it) counts the class it names: build that one
+    given = raw.get("architectures") if "architectures" in registry.family(model_type).types else None
     model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
-                             classifier=spec.n_classes is not None)
+                             classifier=spec.n_classes is not None,
+                             named=given[0] if isinstance(given, list) and given else None)
     if routed:
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "

@@ -1,9 +1,10 @@
 """A model of images' input (`patch_embedding`; ViT): each image cut into patch_size x patch_size patches, each patch
-projected to d_model, a learned class token before them and a learned position table added.
+projected to d_model, a learned class token before them (none in SigLIP) and a learned position table added, then
+a norm when the spec has `embedding_norm` (CLIP's pre_layrnorm).
 
 The projection is a convolution whose stride equals its kernel (transformers' ViTPatchEmbeddings.projection, a Conv2d
 of C -> D channels, kernel and stride p): the patches do not overlap, so it is one matmul over the patches,
-[B * patches, C * p * p] @ [C * p * p, D], with its bias [D], and counted as that matmul (2 FLOPs per multiply-add,
+[B * patches, C * p * p] @ [C * p * p, D], with its bias [D] (none in CLIP: `bias`), and counted as that matmul (2 FLOPs per multiply-add,
 as torch's FlopCounterMode counts the convolution). The class token is a [1, D] parameter, the position table
 [patches + 1, D] at the model's image size (the kind's sizes, `kinds.patch_embedding`); an image of another size
 (Workload.image_size) runs with the table interpolated to its grid (transformers' interpolate_pos_encoding: a
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import BlockKind, Ctx, register
-from ...arch.ops import Matmul, Op, Table
+from ...arch.ops import Matmul, Norm, Op, Table
 from ...sizes import Size
 
 
@@ -29,7 +30,9 @@ class PatchSizes(BaseModel):
     patch_size: Size = Field(16, description="Each patch's side in pixels: the convolution's kernel and stride "
                                              "(patch_size).")
     channels: Size = Field(3, description="Channels of an input image (num_channels).")
-    class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token).")
+    class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token, CLIP's "
+                                                "class_embedding; SigLIP has none).")
+    bias: bool = Field(True, description="A bias on the patches' convolution (ViT, SigLIP: true; CLIP: false).")
 
     @property
     def height(self) -> int:
@@ -68,12 +71,14 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
     patches = ctx.s - int(sizes.class_token)  # per image: the workload's tokens less the class token
     return [
         # images [B, C, H, W] as patches x: [B * patches, C*p*p] @ W: [C*p*p, D] (the Conv2d's weight [D, C, p, p])
-        Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=True, role="patch"),
+        Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=sizes.bias, role="patch"),
         *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
-        Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches + 1, D]
+        Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches (+ 1), D]
+        # CLIP's pre_layrnorm over every token, the class token's too
+        *([Norm(ctx.name("embedding/norm"), spec.norm, ctx.t, D)] if spec.embedding_norm else []),
     ]
 
 
 register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"embedding\.(patch|class_token|position)", r"embedding/\1"),)))
+                   components=((r"embedding\.(patch|class_token|position|norm)", r"embedding/\1"),)))
