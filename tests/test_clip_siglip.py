@@ -191,6 +191,25 @@ def test_clip_vit_l14_towers_make_the_published_whole_model(tmp_path):
     assert text_params + vision_params + 1024 * 768 + 768 * 768 + 1 == 427_616_513
 
 
+def test_siglip_base_pooling_head(tmp_path):
+    # SiglipVisionConfig's defaults (google/siglip-base-patch16-224's tower): D = 768, F = 3,072, 12 heads, 196
+    # patches. The head: probe D, in_proj [3D, D] + [3D], out_proj D*D + D, a LayerNorm 2D, fc1 and fc2 with biases
+    D, F, H, N = 768, 3072, 12, 196
+    params = D + 3 * D * D + 3 * D + D * D + D + 2 * D + D * F + F + F * D + D
+    forward = 2 * (D * D + N * D * 2 * D  # q of the probe; k and v of the 196 patches at once
+                   + 2 * H * 1 * N * (D // H)  # scores and values: one query per head
+                   + D * D + D * F + F * D)  # out_proj, fc1, fc2 on the pooled row
+    assert (params, forward) == (7_087_104, 474_820_608)  # docs/formulas.md, Attention pooling
+    config = {"model_type": "siglip_vision_model"}
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = transformers.SiglipVisionModel(hf_config(config))
+    assert sum(p.numel() for name, p in model.named_parameters() if name.startswith("head.")) == params
+    result = count(read_hf_config(write(tmp_path, config)).spec)
+    assert sum(v for k, v in result.params.components.items() if k.startswith("attention_pool")) == params
+    assert sum(v for k, v in result.flops.components.items() if k.startswith("attention_pool")) == forward
+
+
 @pytest.mark.parametrize("config", [
     {"model_type": "clip_vision_model", **SMALL, **IMAGE, "architectures": ["CLIPVisionModelWithProjection"]},
     {"model_type": "clip_text_model", **SMALL, **TEXT},
