@@ -21,7 +21,7 @@ initializer_factor, pad/bos/eos_token_id (eos_token_id picks the pooled position
 
 from __future__ import annotations
 
-from ..hf import Unmodelled, activation_of, refuse_if, show
+from ..hf import SEQ_LEN_CAP, Unmodelled, activation_of, refuse_if, show
 from ..sizes import MAX_DIGITS
 from .registry import Family, register
 
@@ -102,7 +102,8 @@ def clip_vision(cfg: dict, notes: list[str]) -> dict:
         notes.append(f"CLIPVisionModelWithProjection: visual_projection {cfg['hidden_size']} -> "
                      f"{cfg['projection_dim']} (no bias) on the pooled class token")
     # the default workload: one image at image_size, its patches and the class token
-    fields["seq_len"] = fields["context"] = (side // p) ** 2 + 1
+    fields["seq_len"] = (side // p) ** 2 + 1
+    fields["context"] = min(fields["seq_len"], SEQ_LEN_CAP)  # (the whole image, never capped: seq_len is set)
     return fields
 
 

@@ -18,6 +18,7 @@ Keys that do not change a count are not read: layer_norm_eps, attention_dropout,
 
 from __future__ import annotations
 
+from ..hf import SEQ_LEN_CAP
 from .clip import architecture, encoder, grid, layers
 from .registry import Family, register
 
@@ -55,7 +56,8 @@ def siglip_vision(cfg: dict, notes: list[str]) -> dict:
         notes.append("vision_use_head: the attention-pooling head (a probe attending to the patches, a LayerNorm, "
                      "an MLP) pools each image")
     # the default workload: one image at image_size, its patches (no class token)
-    fields["seq_len"] = fields["context"] = (side // p) ** 2
+    fields["seq_len"] = (side // p) ** 2
+    fields["context"] = min(fields["seq_len"], SEQ_LEN_CAP)  # (the whole image, never capped: seq_len is set)
     return fields
 
 
