@@ -258,3 +258,20 @@ def test_config_refusals_name_the_field(tmp_path, change, message):
     with pytest.raises(TfcalcError) as e:
         read_hf_config(write(tmp_path, change))
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-p", "gpt2", "--d-projection", "10"], "d_projection=10 pools one token per sequence of an encoder-only model "
+                                             "without an LM head; set lm_head=False"),
+    (["-p", "gpt2", "--attention-pool"], "attention_pool=True pools one token per sequence"),
+    (["-p", "bert-base", "--projection-bias"], "projection_bias=True needs d_projection"),
+    (["-p", "bert-base", "--pooled-final-norm", "--no-final-norm"], "pooled_final_norm=True needs final_norm=True"),
+])
+def test_new_spec_fields_refused_by_name_on_the_command_line(args, message):
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    r = CliRunner().invoke(app, ["count", *args])
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and message in lines[0], r.output

@@ -4,8 +4,8 @@ a norm when the spec has `embedding_norm` (CLIP's pre_layrnorm).
 
 The projection is a convolution whose stride equals its kernel (transformers' ViTPatchEmbeddings.projection, a Conv2d
 of C -> D channels, kernel and stride p): the patches do not overlap, so it is one matmul over the patches,
-[B * patches, C * p * p] @ [C * p * p, D], with its bias [D] (none in CLIP: `bias`), and counted as that matmul (2 FLOPs per multiply-add,
-as torch's FlopCounterMode counts the convolution). The class token is a [1, D] parameter, the position table
+[B * patches, C * p * p] @ [C * p * p, D], with its bias [D] (none in CLIP: `bias`), and counted as that matmul
+(2 FLOPs per multiply-add, as torch's FlopCounterMode counts the convolution). The class token is a [1, D] parameter, the position table
 [patches + 1, D] at the model's image size (the kind's sizes, `kinds.patch_embedding`); an image of another size
 (Workload.image_size) runs with the table interpolated to its grid (transformers' interpolate_pos_encoding: a
 bicubic resampling, no matmul, not counted), the parameters unchanged. Dropout is not work.
