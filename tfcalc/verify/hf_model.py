@@ -3,7 +3,8 @@
 The reference model (checker.py) is written from the same spec as the formulas; this holds the spec itself against
 the real implementation. transformers builds its class from the config.json on the meta device (nothing allocated,
 no weights, no network), with eager attention and eager experts, and one forward pass runs under torch's
-FlopCounterMode. Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
+FlopCounterMode. The class is the one `architectures` names for a family that reads that field (vit, the CLIP and SigLIP
+towers), else the Auto class for what tfcalc counts (a tower no Auto class maps: the class its config is named for). Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
 each module's own FLOPs (its count minus its submodules') and each parameter are mapped onto tfcalc's components by
 a small table of module names per family (its `components`, tfcalc/families/); a name no rule maps is a row of its
 own, never guessed. A row that differs as the family documents (its `known` hook) is shown explained, not failed.
