@@ -18,7 +18,10 @@ Keys that do not change a count are not read: layer_norm_eps, attention_dropout,
 
 from __future__ import annotations
 
-from ..hf import SEQ_LEN_CAP
+import math
+
+from ..hf import SEQ_LEN_CAP, refuse_if
+from ..sizes import MAX_DIGITS
 from .clip import architecture, encoder, grid, layers
 from .registry import Family, register
 
@@ -36,6 +39,12 @@ VISION_COMPONENTS = [  # transformers' module (and parameter) names -> tfcalc co
     (r"head\.layernorm", "attention_pool/norm"),
     (r"head\.mlp\.fc1", "attention_pool/up"),
     (r"head\.mlp\.fc2", "attention_pool/down"),
+]
+SIGLIP2_VISION_COMPONENTS = [
+    (r"embeddings\.patch_embedding", "embedding/patch"),
+    (r"embeddings\.position_embedding", "embedding/position"),
+    (r"embeddings", "embedding/position_resize"),  # resize_positional_embeddings' matmul, in the module's own forward
+    *VISION_COMPONENTS[2:],
 ]
 TEXT_COMPONENTS = [
     (r"embeddings\.token_embedding", "embedding/token"),
@@ -61,6 +70,29 @@ def siglip_vision(cfg: dict, notes: list[str]) -> dict:
     return fields
 
 
+def siglip2_vision(cfg: dict, notes: list[str]) -> dict:
+    """SigLIP2's NaFlex tower: patches flattened by the processor, then a Linear over their C * p * p pixels (the
+    same products as ViT's convolution), a position table of num_patches rows (a square grid) resampled by a matmul
+    to each image's patches; its blocks, post_layernorm and pooling head as SigLIP's."""
+    architecture(cfg, ("Siglip2VisionModel",))
+    p, rows = cfg["patch_size"], cfg["num_patches"]
+    refuse_if(cfg, "patch_size", not isinstance(p, int), "one integer (Siglip2VisionEmbeddings' Linear reads "
+                                                         "num_channels * patch_size * patch_size pixels)")
+    grid = math.isqrt(rows)
+    refuse_if(cfg, "num_patches", grid * grid != rows, "a square number (transformers reshapes the position table "
+                                                       "to a square grid)")
+    refuse_if(cfg, "patch_size", p * grid >= 10**MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
+    fields = dict(encoder(cfg), causal=False, inputs="images", attention_pool=cfg["vision_use_head"],
+                  kinds={"patch_embedding": {"image_size": p * grid, "patch_size": p, "channels": cfg["num_channels"],
+                                             "class_token": False, "resized_positions": True}})
+    notes.append(f"siglip2_vision_model: the default workload is one image of num_patches={rows} patches "
+                 f"({p * grid}x{p * grid} pixels; the processor's max_num_patches, no padding); another image size "
+                 "(--image-size) is that image's patches, the table resampled to them by a matmul every forward")
+    fields["seq_len"] = rows
+    fields["context"] = min(rows, SEQ_LEN_CAP)
+    return fields
+
+
 def siglip_text(cfg: dict, notes: list[str]) -> dict:
     architecture(cfg, ("SiglipTextModel",))
     projection = cfg["projection_size"]
@@ -79,6 +111,12 @@ register(
                          vision_use_head=True),
            types=dict(_ENCODER_TYPES, num_channels="size", image_size="size|sizes", patch_size="size|sizes",
                       vision_use_head="bool")),
+    Family("siglip2_vision_model", mapper=siglip2_vision, components=SIGLIP2_VISION_COMPONENTS,
+           defaults=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                         num_channels=3, patch_size=16, hidden_act="gelu_pytorch_tanh", vision_use_head=True,
+                         num_patches=256),
+           types=dict(_ENCODER_TYPES, num_channels="size", patch_size="size|sizes", vision_use_head="bool",
+                      num_patches="size")),
     Family("siglip_text_model", mapper=siglip_text, components=TEXT_COMPONENTS,
            defaults=dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
                          num_attention_heads=12, max_position_embeddings=64, hidden_act="gelu_pytorch_tanh",

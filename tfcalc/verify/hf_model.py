@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import tempfile
 import types
@@ -328,9 +329,10 @@ def _route_experts_round_robin(model) -> int:
 
 
 def trace(model, workload: Workload, encoder_decoder: bool,
-          images: tuple[int, tuple[int, int], bool] | None = None) -> tuple[int, dict[str, int], int]:
+          images: tuple[int, tuple[int, int], bool, int] | None = None) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
-    (channels, (height, width), whether that is not the config's image size) of a model of images' input."""
+    (channels, (height, width), whether that is not the config's image size, the patch's side) of a model of images'
+    input."""
     import inspect
 
     import torch
@@ -338,8 +340,14 @@ def trace(model, workload: Workload, encoder_decoder: bool,
 
     ids = torch.zeros(workload.batch_size, workload.seq_len, dtype=torch.long, device="meta")
     inputs = {"input_ids": ids}
-    if images is not None:  # a model of images: pixel_values [B, C, H, W], the position table interpolated to them
-        channels, (H, W), interpolate = images
+    patchified = "spatial_shapes" in inspect.signature(model.forward).parameters
+    if images is not None and patchified:  # SigLIP2 (NaFlex): patches flattened [B, patches, C*p*p], each image's
+        channels, (H, W), _, p = images  # grid; no padding (no mask)
+        B = workload.batch_size
+        inputs = {"pixel_values": torch.empty(B, (H // p) * (W // p), channels * p * p, device="meta"),
+                  "spatial_shapes": torch.empty(B, 2, dtype=torch.long, device="meta"), "pixel_attention_mask": None}
+    elif images is not None:  # a model of images: pixel_values [B, C, H, W], the table interpolated to them
+        channels, (H, W), interpolate, _ = images
         inputs = {"pixel_values": torch.empty(workload.batch_size, channels, H, W, device="meta"),
                   "interpolate_pos_encoding": interpolate}
     if encoder_decoder:
@@ -349,9 +357,20 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
         # sequences, which reads data (.item() on meta)
         inputs["use_cache"] = True
-    with warnings.catch_warnings(), torch.no_grad(), FlopCounterMode(display=False) as counter:
-        warnings.simplefilter("ignore")
-        model(**inputs)
+    # SigLIP2's checks of its spatial shapes read data (none on meta): transformers' own switch turns them off
+    checks = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+    if patchified:
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    try:
+        with warnings.catch_warnings(), torch.no_grad(), FlopCounterMode(display=False) as counter:
+            warnings.simplefilter("ignore")
+            model(**inputs)
+    finally:
+        if patchified:
+            if checks is None:
+                os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
+            else:
+                os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = checks
     root = type(model).__name__
     inclusive = {name.removeprefix(root + "."): sum(ops.values())
                  for name, ops in counter.get_flop_counts().items() if name.startswith(root + ".")}
@@ -470,7 +489,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
-        images = sizes.channels, image, image != (sizes.height, sizes.width)
+        images = sizes.channels, image, image != (sizes.height, sizes.width), sizes.patch_size
         work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
         spec = spec.replace(batch_size=work.batch_size)
     else:

@@ -33,6 +33,10 @@ class PatchSizes(BaseModel):
     class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token, CLIP's "
                                                 "class_embedding; SigLIP has none).")
     bias: bool = Field(True, description="A bias on the patches' convolution (ViT, SigLIP: true; CLIP: false).")
+    resized_positions: bool = Field(
+        False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
+                           "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
+                           "[rows, D]; no class token.")
 
     @property
     def height(self) -> int:
@@ -55,6 +59,9 @@ class PatchSizes(BaseModel):
 
     def problems(self, spec) -> list[str]:
         out = []
+        if self.resized_positions and self.class_token:
+            out.append("kinds.patch_embedding.resized_positions=True: SigLIP2's patches have no class token; set "
+                       "class_token=false")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.height % self.patch_size or self.width % self.patch_size:
@@ -74,6 +81,10 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
         Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=sizes.bias, role="patch"),
         *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
         Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches (+ 1), D]
+        # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
+        # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
+        *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,
+                  role="patch")] if sizes.resized_positions else []),
         # CLIP's pre_layrnorm over every token, the class token's too
         *([Norm(ctx.name("embedding/norm"), spec.norm, ctx.t, D)] if spec.embedding_norm else []),
     ]
@@ -81,4 +92,4 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
 
 register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"embedding\.(patch|class_token|position|norm)", r"embedding/\1"),)))
+                   components=((r"embedding\.(patch|class_token|position|position_resize|norm)", r"embedding/\1"),)))

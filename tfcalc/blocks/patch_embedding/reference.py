@@ -35,6 +35,16 @@ class Parameter(nn.Module):
         self.weight = nn.Parameter(torch.zeros(*shape))
 
 
+class PositionResize(nn.Module):
+    """SigLIP2's resampling of the position table to an image's patches: interpolation weights [B, patches, rows]
+    (built from the grids, no gradient) @ the table [rows, D], as transformers' resize_positional_embeddings runs it."""
+
+    def forward(self, table: torch.Tensor, batch: int, patches: int) -> torch.Tensor:
+        rows = table.shape[-2]
+        weights = torch.full((batch, patches, rows), 1.0 / rows, device=table.device, dtype=table.dtype)
+        return weights @ table.reshape(rows, -1)
+
+
 class PatchEmbedding(nn.Module):
     """The stack's input from images: `patch` (the convolution), `class_token` [1, 1, D], `position` [1, rows, D]."""
 
@@ -48,6 +58,7 @@ class PatchEmbedding(nn.Module):
         self.class_token = Parameter(1, 1, D) if sizes.class_token else None
         self.position = Parameter(1, spec.max_positions, D)
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
+        self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
 
     def positions(self, height: int, width: int) -> torch.Tensor:
         """The table at this image's grid: as it is, or its patch rows resampled bicubically (the class token's row
@@ -66,7 +77,10 @@ class PatchEmbedding(nn.Module):
         x = self.patch(images)
         if self.class_token is not None:
             x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
-        x = x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
+        if self.position_resize is not None:  # every forward, at any size (SigLIP2)
+            x = x + self.position_resize(self.position.weight, x.shape[0], x.shape[1])
+        else:
+            x = x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
         return x if self.norm is None else self.norm(x)
 
 
