@@ -29,9 +29,9 @@ CLASSES = {  # model_type -> (its config class, the classes tfcalc counts, first
 VISION = ("clip_vision_model", "siglip_vision_model")
 
 
-@pytest.mark.parametrize("model_type", CLASSES)
+@pytest.mark.parametrize("model_type", [*CLASSES, "siglip2_vision_model"])
 def test_defaults_are_transformers_defaults(model_type):
-    config = CLASSES[model_type][0]()
+    config = (CLASSES[model_type][0] if model_type in CLASSES else transformers.Siglip2VisionConfig)()
     for key, value in DEFAULTS[model_type].items():
         # SiglipTextConfig turns projection_size None into hidden_size (tfcalc's mapper does the same)
         expected = None if (model_type, key) == ("siglip_text_model", "projection_size") else getattr(config, key)
@@ -275,3 +275,76 @@ def test_new_spec_fields_refused_by_name_on_the_command_line(args, message):
     r = CliRunner().invoke(app, ["count", *args])
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert r.exit_code == 2 and len(lines) == 1 and message in lines[0], r.output
+
+
+def _siglip2_forward(config: dict, batch: int, grid: tuple[int, int]) -> int:
+    """FlopCounterMode over one eager forward of Siglip2VisionModel on meta: patches flattened by the processor
+    [B, h * w, C * p * p], their grid (spatial_shapes; its checks read data, switched off as transformers allows)."""
+    import os
+
+    model = _model(config, transformers.Siglip2VisionModel)
+    p, C = config["patch_size"], config.get("num_channels", 3)
+    inputs = {"pixel_values": torch.empty(batch, grid[0] * grid[1], C * p * p, device="meta"),
+              "spatial_shapes": torch.empty(batch, 2, dtype=torch.long, device="meta"), "pixel_attention_mask": None}
+    os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(**inputs)
+    finally:
+        del os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"]
+    return counter.get_total_flops()
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.fixed_dictionaries({
+    "hidden_size": st.sampled_from([16, 32]), "num_attention_heads": st.sampled_from([1, 2, 4]),
+    "num_hidden_layers": st.integers(1, 2), "intermediate_size": st.integers(8, 48),
+    "patch_size": st.sampled_from([2, 4]), "side": st.integers(1, 4), "num_channels": st.integers(1, 3),
+    "vision_use_head": st.booleans(), "batch": st.integers(1, 2), "grid": st.tuples(st.integers(1, 5),
+                                                                                       st.integers(1, 5)),
+}))
+def test_siglip2_vision_is_exact_against_transformers(tmp_path_factory, c):
+    """Siglip2VisionModel: parameters on meta, and forward FLOPs at the table's own square of patches and at another
+    grid: the patches' Linear, the table's resampling matmul [B, patches, rows] @ [rows, D], the blocks, the head."""
+    config = {"model_type": "siglip2_vision_model", "num_patches": c["side"] ** 2,
+              **{k: c[k] for k in ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                                   "patch_size", "num_channels", "vision_use_head")}}
+    spec = read_hf_config(write(tmp_path_factory.mktemp("siglip2"), config)).spec
+    assert spec.seq_len == c["side"] ** 2
+    assert count(spec).params.total == sum(p.numel() for p in _model(config, transformers.Siglip2VisionModel)
+                                           .parameters())
+    p = c["patch_size"]
+    for h, w in ((c["side"], c["side"]), c["grid"]):
+        workload = Workload(batch_size=c["batch"], seq_len=h * w, image_size=(h * p, w * p))
+        assert count(spec, workload).flops.forward == _siglip2_forward(config, c["batch"], (h, w))
+
+
+def test_siglip2_check_hf_config_and_reference(tmp_path):
+    config = {"model_type": "siglip2_vision_model", **SMALL, "patch_size": 4, "num_patches": 16}
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    for workload in (Workload(batch_size=2, seq_len=16), Workload(batch_size=2, seq_len=12, image_size=(12, 16))):
+        report = hf_model.compare(path, spec, workload)
+        assert report.match and not any(r.component.startswith("(unmapped)") for r in report.rows), report.verdict()
+        rows = {(r.figure, r.component): r.transformers for r in report.rows if r.match}
+        # the table [16, 32] resampled to the image's patches: [2 * patches, 16] @ [16, 32]
+        assert rows[("forward", "embedding/position_resize")] == 2 * (2 * workload.seq_len) * 16 * 32
+        assert rows[("params", "embedding/position")] == 16 * 32
+        assert ("forward", "attention_pool/q+kv+core+out") in rows
+    # the reference model builds the resampling (no gradient for its weights: backward = 2 x forward - the patch
+    # embedding's and the resampling's forward, as FlopCounterMode's train step counts)
+    report = check(spec, "meta", train=True)
+    assert report.match and report.train.match
+    result = count(spec)
+    leaf = result.flops.components["embedding/patch"] + result.flops.components["embedding/position_resize"]
+    assert result.flops.backward == 2 * result.flops.forward - leaf
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_patches": 250}, "num_patches=250 is not modelled: a square number"),
+    ({"patch_size": [16, 16]}, "patch_size=[16, 16] is not modelled: one integer"),
+])
+def test_siglip2_refusals_name_the_field(tmp_path, change, message):
+    with pytest.raises(TfcalcError) as e:
+        read_hf_config(write(tmp_path, {"model_type": "siglip2_vision_model", **change}))
+    assert message in str(e.value)
