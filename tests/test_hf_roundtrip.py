@@ -174,6 +174,8 @@ REFUSED = {
     # two blocks, sliding then full: a KV-shared last block has no full block before it to share (transformers'
     # kv_sharing_modes refuses it too); tests/test_hf_gemma4.py counts KV sharing
     **{(t, "num_kv_shared_layers"): "num_kv_shared_layers" for t in ("gemma4_text", "gemma4")},
+    # 512 patches: transformers builds the table, and its forward cannot reshape it to a square grid
+    ("siglip2_vision_model", "num_patches"): "num_patches",
 }
 
 

@@ -86,8 +86,9 @@ class ModelSpec(BaseModel):
     mlp: Literal["standard", "gated"] = Field(
         "standard", description="standard: up, act, down. gated (SwiGLU/GeGLU): act(gate) * up, down."
     )
-    activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
-        "gelu", description="MLP activation (for gated MLPs, applied to the gate)."
+    activation: Literal["gelu", "gelu_tanh", "relu", "silu", "quick_gelu"] = Field(
+        "gelu", description="MLP activation (for gated MLPs, applied to the gate); quick_gelu is CLIP's x * "
+                            "sigmoid(1.702 x)."
     )
     norm: Literal["layernorm", "rmsnorm", "layernorm_no_bias"] = Field(
         "layernorm", description="layernorm (weight and bias), rmsnorm (weight) or layernorm_no_bias (a LayerNorm "
@@ -121,6 +122,10 @@ class ModelSpec(BaseModel):
                            "attention output, before out"
     )
     final_norm: bool = Field(True, description="A norm after the last block.")
+    pooled_final_norm: bool = Field(
+        False, description="The final norm normalises only each sequence's first token, the one the head pools "
+                           "(CLIP's vision post_layernorm on the class token): its parameters as ever, its work over "
+                           "batch_size rows. Only with final_norm and without an LM head.")
     bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
     qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
     mlp_bias: bool | None = Field(None, description="Biases on the MLP and expert linears; default: same as bias.")
@@ -216,6 +221,18 @@ class ModelSpec(BaseModel):
     pooler: bool = Field(False, description="BERT pooler: dense D->D (d_pooler) with tanh on the first token.")
     d_pooler: Size | None = Field(None, description="The pooler's output width (ViT's pooler_output_size); default "
                                                     "d_model. Only with pooler.")
+    d_projection: Size | None = Field(
+        None, description="A projection of the pooled token's final state d_model -> d_projection (CLIP's "
+                          "visual_projection and text_projection, SigLIP's text head), one row per sequence. None: "
+                          "none. Only without an LM head.")
+    projection_bias: bool = Field(False, description="A bias on the projection (SigLIP's text head: true; CLIP's "
+                                                     "projections: false). Only with d_projection.")
+    attention_pool: bool = Field(
+        False, description="An attention-pooling head after the final norm (SigLIP's vision head, transformers' "
+                           "SiglipMultiheadAttentionPoolingHead): a learned probe [1, 1, d_model] attends with n_heads "
+                           "heads to the stack's tokens (torch's MultiheadAttention: q, k, v and out, d_model wide, "
+                           "with biases), then a norm and an MLP (d_ff, with biases) with a residual add; one pooled "
+                           "row per sequence. Only without an LM head.")
     n_classes: Size | None = Field(
         None, description="A classifier on the first token's final state (the class token: "
                           "ViTForImageClassification): [d_model, n_classes] with a bias. None: none. Only without an "
@@ -471,6 +488,15 @@ class ModelSpec(BaseModel):
         if self.n_classes is not None and self.lm_head:
             problems.append(f"n_classes={self.n_classes}: a classifier is a model's head in place of an LM head; set "
                             "lm_head=False")
+        for field, bad in (("pooled_final_norm", self.pooled_final_norm), ("d_projection", self.d_projection),
+                           ("attention_pool", self.attention_pool)):
+            if bad and (self.lm_head or self.n_encoder_layers):
+                problems.append(f"{field}={getattr(self, field)!r} pools one token per sequence of an encoder-only "
+                                "model without an LM head; set lm_head=False (and n_encoder_layers=0)")
+        if self.pooled_final_norm and not self.final_norm:
+            problems.append("pooled_final_norm=True needs final_norm=True")
+        if self.projection_bias and self.d_projection is None:
+            problems.append("projection_bias=True needs d_projection")
         if self.inputs == "tokens" and "patch_embedding" in self.kinds:
             problems.append("kinds.patch_embedding: only for a model of images (inputs='images')")
         self._check_towers(problems)
@@ -517,14 +543,15 @@ class ModelSpec(BaseModel):
             self._set("max_positions", rows)  # derived from the image size: re-derived when that changes
         elif self.max_positions != rows:
             problems.append(f"max_positions={self.max_positions}: {where} has a position table of {rows} rows, "
-                            "the patches and the class token; leave max_positions out")
+                            f"the patches{' and the class token' if sizes.class_token else ''}; leave "
+                            "max_positions out")
         if "seq_len" in self.model_fields_set and self.seq_len != rows and sizes.height % sizes.patch_size == 0 \
                 and sizes.width % sizes.patch_size == 0:
-            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens (its patches and "
-                            f"the class token): give seq_len={rows} with that image size, or keep the model's and "
+            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens (its patches"
+                            f"{' and the class token' if sizes.class_token else ''}): give seq_len={rows} with that image size, or keep the model's and "
                             "give the workload's image (--image-size, Workload.image_size)")
         for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
-                           ("n_token_types", self.n_token_types), ("embedding_norm", self.embedding_norm),
+                           ("n_token_types", self.n_token_types),
                            ("d_embedding", self.d_embedding is not None), ("causal", self.causal),
                            ("n_encoder_layers", self.n_encoder_layers),
                            ("d_per_layer_input", self.d_per_layer_input is not None)):

@@ -6,23 +6,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..arch.builders import BlockKind, Ctx, norm, register
+from ..arch.builders import BlockKind, Ctx, norm, register, run
 from ..arch.ops import Matmul, Op
 
 
 def final_norm(ctx: Ctx) -> list[Op]:
     ctx = replace(ctx, final=True)  # over the scored positions after KV-sharing blocks in a prefill
-    return [norm(ctx, "final_norm", ctx.t)] if ctx.spec.final_norm else []
+    # pooled_final_norm (CLIP's vision post_layernorm): only each sequence's first token, [B, D]
+    return [norm(ctx, "final_norm", ctx.b if ctx.spec.pooled_final_norm else ctx.t)] if ctx.spec.final_norm else []
 
 
 def head(ctx: Ctx) -> list[Op]:
-    """Once for the model, after the last stack: the pooler, the classifier and the vocabulary projection."""
+    """Once for the model, after the last stack: an attention-pooling head (its own kind), the pooler, the
+    classifier, the projection of the pooled token and the vocabulary projection."""
     spec, D, b = ctx.spec, ctx.spec.d_model, ctx.b
-    ops: list[Op] = []
+    ops: list[Op] = run("attention_pool", ctx) if spec.attention_pool else []
     if spec.pooler:  # first token of each sequence: [B, D] @ W_pool: [D, P] (P = d_pooler, default D)
         ops.append(Matmul("pooler", b, D, spec.d_pooler or D, bias=True, role="pooler"))
     if spec.n_classes:  # the first (class) token's final state: [B, D] @ W_cls: [D, classes]
         ops.append(Matmul("classifier", b, D, spec.n_classes, bias=True, role="classifier"))
+    if spec.d_projection:  # the pooled token (CLIP's class or EOS token, SigLIP's pooled or last token):
+        # [B, D] @ W_proj: [D, P]
+        ops.append(Matmul("projection", b, D, spec.d_projection, bias=spec.projection_bias, role="projection"))
     if spec.lm_head:
         # x: [B*scored, D] @ W_head: [D, V]; a tied head's weight is the token embedding, counted there
         ops.append(Matmul("head", b * ctx.workload.scored, D, spec.vocab_size,
@@ -32,4 +37,4 @@ def head(ctx: Ctx) -> list[Op]:
 
 
 register(BlockKind("final_norm", final_norm, in_block=False, components=((r"final_norm", "final_norm"),)))
-register(BlockKind("head", head, in_block=False, components=((r"(pooler|classifier|head)", r"\1"),)))
+register(BlockKind("head", head, in_block=False, components=((r"(pooler|classifier|projection|head)", r"\1"),)))

@@ -217,6 +217,7 @@ class StackModule(nn.Module):
             sets = [Block(spec, stack.layer(i), stack.causal, explicit, recompute) for i in range(shared)]
             self.blocks = nn.ModuleList(sets[int(i / (L / shared))] for i in range(L))
         self.final_norm = make_norm(spec) if spec.final_norm else None
+        self.pooled_norm = spec.pooled_final_norm  # only the first token normalised (CLIP's post_layernorm)
         # rotary: one pair of cos/sin tables per distinct width, each block reading its own (Gemma 4's global
         # blocks have heads of their own width)
         self.widths = [stack.rotary_width(stack.layer(i)) for i in range(L)] if spec.positions == "rotary" else None
@@ -254,7 +255,11 @@ class StackModule(nn.Module):
                                preserve_rng_state=False)
             else:
                 x = block(x, context, bias, memory, src_len, *rope, mine)
-        return self.final_norm(x) if self.final_norm is not None else x
+        if self.final_norm is None:
+            return x
+        if self.pooled_norm:
+            return torch.cat([self.final_norm(x[:, :1]), x[:, 1:]], dim=1)
+        return self.final_norm(x)
 
 
 class Transformer(nn.Module):
@@ -293,6 +298,10 @@ class Transformer(nn.Module):
             token_table = self.embedding.token
         self.pooler = nn.Linear(spec.d_model, spec.d_pooler or spec.d_model) if spec.pooler else None
         self.classifier = nn.Linear(spec.d_model, spec.n_classes) if spec.n_classes else None
+        self.attention_pool = (reference("attention_pool").AttentionPool(spec, explicit_attention)
+                               if spec.attention_pool else None)
+        self.projection = (nn.Linear(spec.d_model, spec.d_projection, bias=spec.projection_bias)
+                           if spec.d_projection else None)
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias) if spec.lm_head else None
         if self.head is not None and spec.tie_embeddings:
             self.head.weight = token_table.weight
@@ -307,13 +316,19 @@ class Transformer(nn.Module):
             keep = w.scored if w.phase == "prefill" and self.spec.kv_shared_layers else 0
             x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep)
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
-        if self.pooler is None and self.classifier is None:
+        if self.pooler is None and self.classifier is None and self.attention_pool is None and \
+                self.projection is None:
             return out
         # the first token copied (clone: with B = 1 the view is already contiguous): a view would keep the whole
         # [B, N, D] output alive for the pooler's backward
         first = x[:, 0].clone()
         pooled = () if self.pooler is None else (torch.tanh(self.pooler(first)),)
-        return out, *pooled, *(() if self.classifier is None else (self.classifier(first),))
+        attended = () if self.attention_pool is None else (self.attention_pool(x),)
+        # the projection reads the pooled row: the attention pool's, else the first token's (CLIP's class token; its
+        # text tower's EOS token is one row per sequence as well)
+        projected = () if self.projection is None else (self.projection(attended[0] if attended else first),)
+        return (out, *pooled, *(() if self.classifier is None else (self.classifier(first),)), *attended,
+                *projected)
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,

@@ -3,7 +3,8 @@
 The reference model (checker.py) is written from the same spec as the formulas; this holds the spec itself against
 the real implementation. transformers builds its class from the config.json on the meta device (nothing allocated,
 no weights, no network), with eager attention and eager experts, and one forward pass runs under torch's
-FlopCounterMode. Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
+FlopCounterMode. The class is the one `architectures` names for a family that reads that field (vit, the CLIP and SigLIP
+towers), else the Auto class for what tfcalc counts (a tower no Auto class maps: the class its config is named for). Parameters: sum(numel) with tied weights once (named_parameters drops duplicates). Per component:
 each module's own FLOPs (its count minus its submodules') and each parameter are mapped onto tfcalc's components by
 a small table of module names per family (its `components`, tfcalc/families/); a name no rule maps is a row of its
 own, never guessed. A row that differs as the family documents (its `known` hook) is shown explained, not failed.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import tempfile
 import types
@@ -263,18 +265,26 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         mapping = factory._model_mapping
         if type(config) in mapping:
             return mapping[type(config)]
+    # a tower no Auto class maps (SiglipTextConfig): the model class its config class is named for
+    cls = getattr(transformers, type(config).__name__.removesuffix("Config") + "Model", None)
+    if cls is not None and getattr(cls, "config_class", None) is type(config):
+        return cls
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
 def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False,
-          multimodal: bool = False):
-    """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
+          named: str | None = None, multimodal: bool = False):
+    """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts.
+    `named`: the class to build (the one `architectures` names, for a family that reads it), else by the Auto
+    classes (`multimodal`: a vision-language model's generation class)."""
     import torch
     import transformers
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
-    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier, multimodal)
+    cls = getattr(transformers, named, None) if named else None
+    if cls is None or getattr(cls, "config_class", None) is not type(config):
+        cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier, multimodal)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
     try:
@@ -344,11 +354,11 @@ def _route_experts_round_robin(model) -> int:
 
 
 def trace(model, workload: Workload, encoder_decoder: bool,
-          images: tuple[int, tuple[int, int], bool] | None = None, inputs: dict | None = None
+          images: tuple[int, tuple[int, int], bool, int] | None = None, inputs: dict | None = None
           ) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
-    (channels, (height, width), whether that is not the config's image size) of a model of images' input; `inputs`:
-    the forward's inputs, given whole (a multimodal model's)."""
+    (channels, (height, width), whether that is not the config's image size, the patch's side) of a model of images'
+    input; `inputs`: the forward's inputs, given whole (a multimodal model's)."""
     import inspect
 
     import torch
@@ -356,10 +366,16 @@ def trace(model, workload: Workload, encoder_decoder: bool,
 
     ids = torch.zeros(workload.batch_size, workload.seq_len, dtype=torch.long, device="meta")
     given, inputs = inputs, {"input_ids": ids}
+    patchified = "spatial_shapes" in inspect.signature(model.forward).parameters
     if given is not None:
         inputs = dict(given)
-    elif images is not None:  # a model of images: pixel_values [B, C, H, W], the position table interpolated to them
-        channels, (H, W), interpolate = images
+    elif images is not None and patchified:  # SigLIP2 (NaFlex): patches flattened [B, patches, C*p*p], each image's
+        channels, (H, W), _, p = images  # grid; no padding (no mask)
+        B = workload.batch_size
+        inputs = {"pixel_values": torch.empty(B, (H // p) * (W // p), channels * p * p, device="meta"),
+                  "spatial_shapes": torch.empty(B, 2, dtype=torch.long, device="meta"), "pixel_attention_mask": None}
+    elif images is not None:  # a model of images: pixel_values [B, C, H, W], the table interpolated to them
+        channels, (H, W), interpolate, _ = images
         inputs = {"pixel_values": torch.empty(workload.batch_size, channels, H, W, device="meta"),
                   "interpolate_pos_encoding": interpolate}
     if encoder_decoder:
@@ -369,9 +385,20 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
         # sequences, which reads data (.item() on meta)
         inputs["use_cache"] = True
-    with warnings.catch_warnings(), torch.no_grad(), FlopCounterMode(display=False) as counter:
-        warnings.simplefilter("ignore")
-        model(**inputs)
+    # SigLIP2's checks of its spatial shapes read data (none on meta): transformers' own switch turns them off
+    checks = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+    if patchified:
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    try:
+        with warnings.catch_warnings(), torch.no_grad(), FlopCounterMode(display=False) as counter:
+            warnings.simplefilter("ignore")
+            model(**inputs)
+    finally:
+        if patchified:
+            if checks is None:
+                os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
+            else:
+                os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = checks
     root = type(model).__name__
     inclusive = {name.removeprefix(root + "."): sum(ops.values())
                  for name, ops in counter.get_flop_counts().items() if name.startswith(root + ".")}
@@ -499,7 +526,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
-        images = sizes.channels, image, image != (sizes.height, sizes.width)
+        images = sizes.channels, image, image != (sizes.height, sizes.width), sizes.patch_size
         work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
         spec = spec.replace(batch_size=work.batch_size)
     else:
@@ -507,8 +534,11 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                         src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
+    # a family that reads `architectures` (its types name it) counts the class it names: build that one
+    given = raw.get("architectures") if "architectures" in registry.family(model_type).types else None
     model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
-                             classifier=spec.n_classes is not None)
+                             classifier=spec.n_classes is not None,
+                             named=given[0] if isinstance(given, list) and given else None)
     if routed:
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "

@@ -1,10 +1,11 @@
 """A model of images' input (`patch_embedding`; ViT): each image cut into patch_size x patch_size patches, each patch
-projected to d_model, a learned class token before them and a learned position table added.
+projected to d_model, a learned class token before them (none in SigLIP) and a learned position table added, then
+a norm when the spec has `embedding_norm` (CLIP's pre_layrnorm).
 
 The projection is a convolution whose stride equals its kernel (transformers' ViTPatchEmbeddings.projection, a Conv2d
 of C -> D channels, kernel and stride p): the patches do not overlap, so it is one matmul over the patches,
-[B * patches, C * p * p] @ [C * p * p, D], with its bias [D], and counted as that matmul (2 FLOPs per multiply-add,
-as torch's FlopCounterMode counts the convolution). The class token is a [1, D] parameter, the position table
+[B * patches, C * p * p] @ [C * p * p, D], with its bias [D] (none in CLIP: `bias`), and counted as that matmul
+(2 FLOPs per multiply-add, as torch's FlopCounterMode counts the convolution). The class token is a [1, D] parameter, the position table
 [patches + 1, D] at the model's image size (the kind's sizes, `kinds.patch_embedding`); an image of another size
 (Workload.image_size) runs with the table interpolated to its grid (transformers' interpolate_pos_encoding: a
 bicubic resampling, no matmul, not counted), the parameters unchanged. Dropout is not work.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import BlockKind, Ctx, register
-from ...arch.ops import Matmul, Op, Table
+from ...arch.ops import Matmul, Norm, Op, Table
 from ...sizes import Size
 
 
@@ -29,7 +30,13 @@ class PatchSizes(BaseModel):
     patch_size: Size = Field(16, description="Each patch's side in pixels: the convolution's kernel and stride "
                                              "(patch_size).")
     channels: Size = Field(3, description="Channels of an input image (num_channels).")
-    class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token).")
+    class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token, CLIP's "
+                                                "class_embedding; SigLIP has none).")
+    bias: bool = Field(True, description="A bias on the patches' convolution (ViT, SigLIP: true; CLIP: false).")
+    resized_positions: bool = Field(
+        False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
+                           "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
+                           "[rows, D]; no class token.")
 
     @property
     def height(self) -> int:
@@ -52,6 +59,9 @@ class PatchSizes(BaseModel):
 
     def problems(self, spec) -> list[str]:
         out = []
+        if self.resized_positions and self.class_token:
+            out.append("kinds.patch_embedding.resized_positions=True: SigLIP2's patches have no class token; set "
+                       "class_token=false")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.height % self.patch_size or self.width % self.patch_size:
@@ -68,12 +78,18 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
     patches = ctx.s - int(sizes.class_token)  # per image: the workload's tokens less the class token
     return [
         # images [B, C, H, W] as patches x: [B * patches, C*p*p] @ W: [C*p*p, D] (the Conv2d's weight [D, C, p, p])
-        Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=True, role="patch"),
+        Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=sizes.bias, role="patch"),
         *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
-        Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches + 1, D]
+        Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches (+ 1), D]
+        # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
+        # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
+        *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,
+                  role="patch")] if sizes.resized_positions else []),
+        # CLIP's pre_layrnorm over every token, the class token's too
+        *([Norm(ctx.name("embedding/norm"), spec.norm, ctx.t, D)] if spec.embedding_norm else []),
     ]
 
 
 register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"embedding\.(patch|class_token|position)", r"embedding/\1"),)))
+                   components=((r"embedding\.(patch|class_token|position|position_resize|norm)", r"embedding/\1"),)))

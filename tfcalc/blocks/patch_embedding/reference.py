@@ -1,6 +1,6 @@
 """The `patch_embedding` kind's torch module: ViT's embeddings (transformers' ViTEmbeddings), run as it runs them:
-a Conv2d of kernel and stride patch_size over the images, flattened to [B, patches, D], the class token before them,
-the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does)."""
+a Conv2d of kernel and stride patch_size over the images, flattened to [B, patches, D], the class token before them
+(if any), the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...reference.layers import make_norm
 from ...spec import ModelSpec
 
 
@@ -22,7 +23,8 @@ class PatchConv(nn.Conv2d):
         B, C, H, W = images.shape
         p = self.kernel_size[0]
         patches = images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5).reshape(B, -1, C * p * p)
-        return patches @ self.weight.reshape(self.out_channels, -1).t() + self.bias
+        out = patches @ self.weight.reshape(self.out_channels, -1).t()
+        return out if self.bias is None else out + self.bias
 
 
 class Parameter(nn.Module):
@@ -31,6 +33,16 @@ class Parameter(nn.Module):
     def __init__(self, *shape: int):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(*shape))
+
+
+class PositionResize(nn.Module):
+    """SigLIP2's resampling of the position table to an image's patches: interpolation weights [B, patches, rows]
+    (built from the grids, no gradient) @ the table [rows, D], as transformers' resize_positional_embeddings runs it."""
+
+    def forward(self, table: torch.Tensor, batch: int, patches: int) -> torch.Tensor:
+        rows = table.shape[-2]
+        weights = torch.full((batch, patches, rows), 1.0 / rows, device=table.device, dtype=table.dtype)
+        return weights @ table.reshape(rows, -1)
 
 
 class PatchEmbedding(nn.Module):
@@ -42,9 +54,11 @@ class PatchEmbedding(nn.Module):
         super().__init__()
         sizes, D = spec.sizes("patch_embedding"), spec.d_model
         self.grid = (sizes.height // sizes.patch_size, sizes.width // sizes.patch_size)
-        self.patch = PatchConv(sizes.channels, D, sizes.patch_size, stride=sizes.patch_size)
+        self.patch = PatchConv(sizes.channels, D, sizes.patch_size, stride=sizes.patch_size, bias=sizes.bias)
         self.class_token = Parameter(1, 1, D) if sizes.class_token else None
         self.position = Parameter(1, spec.max_positions, D)
+        self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
+        self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
 
     def positions(self, height: int, width: int) -> torch.Tensor:
         """The table at this image's grid: as it is, or its patch rows resampled bicubically (the class token's row
@@ -63,7 +77,11 @@ class PatchEmbedding(nn.Module):
         x = self.patch(images)
         if self.class_token is not None:
             x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
-        return x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
+        if self.position_resize is not None:  # every forward, at any size (SigLIP2)
+            x = x + self.position_resize(self.position.weight, x.shape[0], x.shape[1])
+        else:
+            x = x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
+        return x if self.norm is None else self.norm(x)
 
 
 def example_images(spec: ModelSpec, batch: int, image_size: tuple[int, int] | None, device, generator=None):
