@@ -314,6 +314,8 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
     """The plans (memory, infer, train, profile) take models of tokens for now: a model of images is refused by name;
     a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU)."""
     if spec.towers and not towers:
+        if command == "memory":
+            command = "memory (a train step)"
         raise TfcalcError(f"tfcalc {command}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language "
                           f"model; {command} plans one tower for now: --tower text plans the language model (count, "
                           "check, inference memory and infer take the whole model)")
@@ -1262,7 +1264,7 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     def plan(p):
         v = p.values
         ctx, src, tgt = v.get("context", context), v.get("src_len", src_len), v.get("tgt_len", tgt_len)
-        _tokens_only(p.spec, "memory" + (" (a train step)" if training else ""), towers=not training)
+        _tokens_only(p.spec, "memory", towers=not training)
         if training:
             from .plan.training import Layout, training_memory
 
