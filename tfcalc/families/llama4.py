@@ -70,6 +70,9 @@ def _rotary_blocks(cfg: dict, L: int) -> list[bool]:
     if given:
         refuse_if(cfg, "no_rope_layers", len(given) < L, f"expected at least num_hidden_layers={L} entries "
                   "(transformers reads entry i for block i)")
+        refuse_if(cfg, "no_rope_layers", len(given) > L and cfg["layer_types"] is None,
+                  f"expected num_hidden_layers={L} entries: transformers derives layer_types from it, one per entry, "
+                  "and refuses a list longer than the blocks")
         return [value != 0 for value in given[:L]]
     every = cfg["no_rope_layer_interval"]
     refuse_if(cfg, "no_rope_layer_interval", every == 0, "transformers divides by it (no_rope_layers not given)")
