@@ -229,7 +229,7 @@ def test_reference_blocks_have_chunks_and_nope():
 
 
 def test_check_memory_is_exact_with_chunks():
-    report = check_memory(SPEC, Workload(batch_size=2, seq_len=19), "bf16-mixed", "adamw", "none", "meta", "eager")
+    report = check_memory(SPEC, Workload(batch_size=1, seq_len=11), "bf16-mixed", "adamw", "none", "meta", "eager")
     assert report.match, report.rows
 
 
@@ -311,3 +311,15 @@ def test_json_round_trip_of_the_published_nested_config(tmp_path):
     spec = read_hf_config(write(tmp_path, outer)).spec
     assert count(spec).params.total == 107_769_861_120
     json.dumps(spec.model_dump())
+
+
+def test_check_hf_config_with_fewer_layers_cuts_the_per_block_lists(tmp_path):
+    # -L 4 on the published Scout config: its no_rope_layers (48 entries) is cut to 4 for transformers, which
+    # derives one layer type per entry; moe_layers' indices past the blocks are ignored (transformers tests
+    # `layer_idx in moe_layers`)
+    path = write(tmp_path, {"model_type": "llama4", "tie_word_embeddings": False, "text_config": SCOUT})
+    spec = read_hf_config(path).spec.replace(n_layers=4)
+    report = hf_model.compare(path, spec, Workload(batch_size=1, seq_len=5))
+    assert report.match, report.rows
+    rows = {(r.figure, r.component): r for r in report.rows}
+    assert rows["params", "total"].transformers == count(spec).params.total

@@ -370,7 +370,7 @@ class ModelSpec(BaseModel):
             for field in ("sliding_window_layers", "attention_pattern"):
                 if getattr(self, field) is not None and (field == "sliding_window_layers"
                                                          or "local" in self.attention_pattern
-                                                         or self.attention_chunk_size is None):
+                                                         or "chunked" not in self.attention_pattern):
                     problems.append(f"{field}={getattr(self, field)!r} needs a sliding_window")
         elif self.sliding_window_layers is not None and self.attention_pattern is not None:
             problems.append(f"sliding_window_layers={self.sliding_window_layers} and attention_pattern="

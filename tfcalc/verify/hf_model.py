@@ -207,8 +207,9 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
         if getattr(spec, field_name) != getattr(base, field_name):
             raw[key] = getattr(spec, field_name)
             changed.append(f"{key}={raw[key]}")
-            if isinstance(raw.get("layer_types"), list) and field_name == "n_layers":
-                raw["layer_types"] = raw["layer_types"][:raw[key]]
+            for per_block in ("layer_types", "no_rope_layers"):  # lists of one entry per block (Llama 4's too)
+                if isinstance(raw.get(per_block), list) and field_name == "n_layers":
+                    raw[per_block] = raw[per_block][:raw[key]]
     if changed:
         notes.append(f"transformers' model built with {', '.join(changed)} (from the layer override)")
         with tempfile.TemporaryDirectory() as folder:
