@@ -24,7 +24,14 @@ rotary frequencies, not shapes.
 
 from __future__ import annotations
 
-from ..hf import DECODER_TYPES, PATTERN_LIMIT, decoder_fields, refuse_if, shortest_cycle, show
+from ..hf import (
+    DECODER_TYPES,
+    PATTERN_LIMIT,
+    decoder_fields,
+    refuse_if,
+    shortest_cycle,
+    show,
+)
 from .registry import Difference, Family, register
 
 MODEL_TYPE = "llama4_text"
