@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 import transformers
+from hf_oracle import eager_flops, hf_config, meta_params, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +22,6 @@ from tfcalc.spec import ModelSpec
 from tfcalc.verify import hf_model
 from tfcalc.verify.checker import check
 from tfcalc.verify.memory_check import check_memory
-
-from .hf_oracle import eager_flops, hf_config, meta_params, write
 
 LM = transformers.Llama4ForCausalLM
 

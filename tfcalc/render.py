@@ -1324,7 +1324,7 @@ def serve_table(c) -> Table:
                      "estimate_max_model_len"])
     caption = ("vLLM's arithmetic (docs/serving.md cites each function). The card's bytes are the datasheet's: the "
                "driver reports a little less. The activation peak is an estimate (--activation-gib overrides it), "
-               "non-torch memory an assumed figure (--non-torch-gib). Sliding-window layers are paged as full ones.")
+               "non-torch memory an assumed figure (--non-torch-gib). Sliding-window and chunked layers are paged as full ones.")
     if c.state_bytes_per_sequence:
         caption += (" Recurrent state is counted per sequence beside the blocks (vLLM pages it with its hybrid "
                     "allocator: not reproduced).")

@@ -150,9 +150,10 @@ def kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[
 def kept_per_stage(ctx: Ctx) -> list[tuple[str, int, int]]:
     """The rotary cos and sin tables [s, width], one pair per distinct width of the stack's blocks: computed once per
     stack and shared by its blocks, kept on every pipeline stage that holds some of them."""
-    if ctx.spec.positions != "rotary":
+    widths = ctx.stack.rotary_widths() if ctx.spec.positions == "rotary" else []
+    if not widths:  # no rotary, or every block NoPE
         return []
-    return [(ctx.name("attention/rotary tables"), 2 * ctx.s * sum(ctx.stack.rotary_widths()), 0)]
+    return [(ctx.name("attention/rotary tables"), 2 * ctx.s * sum(widths), 0)]
 
 
 register(BlockKind("attention", attention, family="attention", norm="attention", reference=f"{__name__}.reference",
