@@ -108,7 +108,7 @@ class Stack:
 
             kinds = tuple(spec.block_pattern[i % len(spec.block_pattern)].split("+"))
             attends = any(k == "attention" or "attention" in KINDS[k].parts for k in kinds)
-            return Layer(kinds, window if attends else None, kv_shared)
+            return Layer(kinds, window if attends else None, kv_shared, rotary=rotary or not attends)
         kinds = ("attention", *(("cross_attention",) if self.cross else ()), "moe" if moe else "mlp",
                  *(("per_layer_input",) if spec.d_per_layer_input and spec.parallel_block == "none" else ()))
         return Layer(kinds, window, kv_shared, chunk, rotary)
