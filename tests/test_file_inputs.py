@@ -440,6 +440,10 @@ BASE["glm4_moe"] = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads
 BASE["phimoe"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                       intermediate_size=96, max_position_embeddings=32, vocab_size=100, sliding_window=8,
                       num_local_experts=4, num_experts_per_tok=2, attention_bias=True, lm_head_bias=True)
+BASE["llama4_text"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=16, intermediate_size=32, intermediate_size_mlp=96, max_position_embeddings=32,
+                           vocab_size=100, num_local_experts=4, num_experts_per_tok=2, interleave_moe_layer_step=2,
+                           attention_chunk_size=8, no_rope_layer_interval=2)
 BASE["vit"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96, image_size=32,
                    patch_size=8, num_channels=3, qkv_bias=True, architectures=["ViTForImageClassification"],
                    id2label={"0": "cat", "1": "dog"})
@@ -826,6 +830,12 @@ DIRECT["vit"] = dict(num_hidden_layers="n_layers", hidden_size="d_model", num_at
                      intermediate_size="d_ff", qkv_bias="qkv_bias")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
                                          num_experts_per_tok="top_k", num_experts="n_experts")
+# Llama 4's MoE and NoPE blocks are rules over the layers (num_hidden_layers is not direct); intermediate_size
+# sets both the routed and the shared experts' width
+DIRECT["llama4_text"] = {k: v for k, v in _DECODER_DIRECT.items() if k not in ("num_hidden_layers",
+                                                                          "intermediate_size")}
+DIRECT["llama4_text"] |= dict(intermediate_size_mlp="d_ff", attention_bias="bias", num_local_experts="n_experts",
+                              num_experts_per_tok="top_k", attention_chunk_size="attention_chunk_size")
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 
 

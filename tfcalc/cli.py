@@ -117,7 +117,7 @@ _PANELS = {
     "Model: experts and windows": (
         "n_experts", "top_k", "n_shared_experts", "d_expert", "d_shared_expert", "shared_expert_gate", "router_bias",
         "first_dense_layers", "moe_every", "moe_beside_mlp", "sliding_window", "sliding_window_layers",
-        "attention_pattern"),
+        "attention_pattern", "attention_chunk_size", "rotary_layers"),
 }
 _RARE = "Model: rarer architectures (MLA, Gemma 4, ALBERT, BERT, T5, gpt-oss, Qwen3-Next)"
 _SHOWN = next(iter(_PANELS))  # --help shows the sizes; the other model flags are listed by `tfcalc flags`
@@ -151,6 +151,8 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
         decls, kind = [f"{flag}/--no-{flag[2:]}"], bool
     elif typing.get_origin(kind) is typing.Literal:
         kind = enum.Enum(name, {v: v for v in typing.get_args(kind)}, type=str)
+    elif typing.get_args(kind) == (bool,):  # rotary_layers: true,true,true,false
+        kind, extra = str, {"parser": _booleans, "metavar": "true,false,..."}
     elif typing.get_origin(kind) is list:  # attention_pattern: local,local,global
         kind, extra = str, {"parser": _words, "metavar": "A,B,..."}
     elif typing.get_origin(kind) is dict:  # kinds: conv.kernel=4,conv.bias=true
@@ -165,6 +167,15 @@ def _spec_parameter(name: str, field: Any) -> inspect.Parameter:
 def _words(text: str) -> list[str]:
     """'local,local,global' -> ['local', 'local', 'global'] (validated by ModelSpec)."""
     return [word.strip() for word in text.split(",")]
+
+
+def _booleans(text: str) -> list[bool]:
+    """'true,true,false' -> [True, True, False]; any other word refused by name."""
+    words = _words(text)
+    bad = [w for w in words if w not in ("true", "false")]
+    if bad:
+        raise typer.BadParameter(f"{bad[0]!r} is not true or false")
+    return [w == "true" for w in words]
 
 
 def _kind_sizes(text: str) -> dict[str, dict[str, Any]]:

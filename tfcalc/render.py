@@ -176,6 +176,11 @@ def describe(spec: ModelSpec, workload: bool = True) -> str:
         where = ("/".join(spec.attention_pattern) if spec.attention_pattern is not None
                  else f"last {spec.sliding_window_layers}" if spec.sliding_window_layers is not None else "all")
         parts.append(f"window={spec.sliding_window} ({where})")
+    if getattr(spec, "attention_chunk_size", None) is not None:
+        where = "/".join(spec.attention_pattern) if spec.attention_pattern is not None else "all"
+        parts.append(f"chunks={spec.attention_chunk_size} ({where})")
+    if getattr(spec, "rotary_layers", None) is not None:
+        parts.append("rotary " + "/".join("rope" if r else "nope" for r in spec.rotary_layers))
     kind = ("encoder-decoder with cross-attention" if spec.is_encoder_decoder
             else "causal" if spec.causal else "bidirectional")
     qk = {"head": ", q/k norms per head", "full": ", q/k norms"}.get(spec.qk_norm, "")
@@ -236,7 +241,10 @@ def summary_table(result: CountResult) -> Table:
     if result.workload.phase != "train":  # no backward pass in inference (--json keeps every figure)
         rows = [row for row in rows if not row[1].startswith(("backward (", "train step ("))]
     if f.forward_windowed is not None:
-        rows.insert(len(rows) - 1, ["", "forward, sliding windows", exact(f.forward_windowed),
+        local = [what for what, has in (("sliding windows", result.spec.sliding_window is not None),
+                                        ("chunks", getattr(result.spec, "attention_chunk_size", None) is not None))
+                 if has]
+        rows.insert(len(rows) - 1, ["", f"forward, {' and '.join(local)}", exact(f.forward_windowed),
                                     sci(f.forward_windowed)])
     w = result.workload
     caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward ({w.phase}): matmuls "
@@ -1343,7 +1351,7 @@ def serve_table(c) -> Table:
                      "estimate_max_model_len"])
     caption = ("vLLM's arithmetic (docs/serving.md cites each function). The card's bytes are the datasheet's: the "
                "driver reports a little less. The activation peak is an estimate (--activation-gib overrides it), "
-               "non-torch memory an assumed figure (--non-torch-gib). Sliding-window layers are paged as full ones.")
+               "non-torch memory an assumed figure (--non-torch-gib). Sliding-window and chunked layers are paged as full ones.")
     if c.state_bytes_per_sequence:
         caption += (" Recurrent state is counted per sequence beside the blocks (vLLM pages it with its hybrid "
                     "allocator: not reproduced).")

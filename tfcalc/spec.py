@@ -160,9 +160,22 @@ class ModelSpec(BaseModel):
         None, description="How many blocks use the window (the last ones); default all, unless "
                           "attention_pattern says which."
     )
-    attention_pattern: list[Literal["global", "local"]] | None = Field(
-        None, description="Per-block attention, cycled over the blocks: local uses sliding_window, global "
-                          "sees every key. Gemma 3: five local then one global."
+    attention_pattern: list[Literal["global", "local", "chunked"]] | None = Field(
+        None, description="Per-block attention, cycled over the blocks: local uses sliding_window, chunked "
+                          "attention_chunk_size, global sees every key. Gemma 3: five local then one global; Llama 4: "
+                          "three chunked then one global."
+    )
+    attention_chunk_size: Size | None = Field(
+        None, description="Chunked attention (Llama 4): a query sees only the keys of its own chunk of this many "
+                          "positions (positions c * size .. (c + 1) * size - 1), causally, in the blocks "
+                          "attention_pattern marks chunked (every block when there is no pattern). forward stays "
+                          "full N x N; the windowed figure keeps the chunks' pairs."
+    )
+    rotary_layers: list[bool] | None = Field(
+        None, description="Per block, cycled over the blocks: whether rotary turns its queries and keys (false: a "
+                          "NoPE block, Llama 4's no_rope_layers). No parameters and no matmul either way; training "
+                          "keeps no cos/sin tables when no block has rotary. None: every block. Only for rotary "
+                          "positions."
     )
 
     # global blocks of their own shape (Gemma 4)
@@ -408,9 +421,12 @@ class ModelSpec(BaseModel):
             problems.append(f"moe_every={self.moe_every} needs a mixture of experts (n_experts > 1), got n_experts=1")
         if self.first_dense_layers > self.n_layers:
             problems.append(f"first_dense_layers={self.first_dense_layers} is more than n_layers={self.n_layers}")
+        self._check_chunks(problems)
         if self.sliding_window is None:
             for field in ("sliding_window_layers", "attention_pattern"):
-                if getattr(self, field) is not None:
+                if getattr(self, field) is not None and (field == "sliding_window_layers"
+                                                         or "local" in self.attention_pattern
+                                                         or "chunked" not in self.attention_pattern):
                     problems.append(f"{field}={getattr(self, field)!r} needs a sliding_window")
         elif self.sliding_window_layers is not None and self.attention_pattern is not None:
             problems.append(f"sliding_window_layers={self.sliding_window_layers} and attention_pattern="
@@ -523,6 +539,34 @@ class ModelSpec(BaseModel):
                 problems.append(f"connectors: {c.name!r} is named twice")
         if self.connectors and not self.towers:
             problems.append("connectors: only for a model with towers (towers.vision, towers.audio)")
+
+
+    def _check_chunks(self, problems: list[str]) -> None:
+        """Chunked attention and NoPE blocks: chunked blocks need attention_chunk_size (and it some chunked block),
+        causal blocks of ordinary attention in one stack; rotary_layers only with rotary positions."""
+        pattern = self.attention_pattern
+        chunked = pattern is not None and "chunked" in pattern
+        if chunked and self.attention_chunk_size is None:
+            problems.append(f"attention_pattern={pattern!r} has chunked blocks: give attention_chunk_size")
+        if self.rotary_layers is not None:
+            if not self.rotary_layers:
+                problems.append("rotary_layers=[]: give one true or false per block (cycled), or leave it out")
+            if self.positions != "rotary":
+                problems.append(f"rotary_layers is only for rotary positions, not positions={self.positions!r}")
+        if self.attention_chunk_size is None:
+            return
+        where = f"attention_chunk_size={self.attention_chunk_size}"
+        if pattern is not None and not chunked:
+            problems.append(f"{where}: attention_pattern={pattern!r} has no chunked block to use it")
+        for field, bad in (("causal", not self.causal), ("n_encoder_layers", self.n_encoder_layers),
+                           ("sliding_window_layers", self.sliding_window_layers is not None),
+                           ("kv_lora_rank", self.is_mla), ("kv_shared_layers", self.kv_shared_layers),
+                           ("global_d_head", self.global_d_head is not None),
+                           ("global_n_kv_heads", self.global_n_kv_heads is not None),
+                           ("global_k_eq_v", self.global_k_eq_v), ("block_pattern", self.block_pattern is not None),
+                           ("sliding_window", self.sliding_window is not None and pattern is None)):
+            if bad:
+                problems.append(f"{where} is not modelled with {field}={getattr(self, field)!r}")
 
     def _check_images(self, problems: list[str]) -> None:
         """A model of images (inputs='images', ViT): the patch embedding's learned position table has a row per patch

@@ -25,6 +25,8 @@ class Layer:
     kinds: tuple[str, ...]  # e.g. ("attention", "mlp"); ("attention", "cross_attention", "moe")
     window: int | None  # the sliding window of its self-attention; None sees every key it may
     kv_shared: bool = False  # attends with an earlier block's keys and values (Gemma 4's KV sharing)
+    chunk: int | None = None  # its self-attention sees only its query's chunk of positions (Llama 4)
+    rotary: bool = True  # rotary turns its queries and keys (False: a NoPE block; only with rotary positions)
 
     @property
     def moe(self) -> bool:
@@ -38,9 +40,11 @@ class Layer:
 
     @property
     def label(self) -> str:
-        parts = ["moe" if self.moe else "dense", "global" if self.window is None else f"window {self.window:,}"]
+        parts = ["moe" if self.moe else "dense",
+                 f"window {self.window:,}" if self.window is not None
+                 else f"chunks of {self.chunk:,}" if self.chunk is not None else "global"]
         return ", ".join(parts + (["cross-attention"] if self.cross else [])
-                         + (["shared keys and values"] if self.kv_shared else []))
+                         + (["shared keys and values"] if self.kv_shared else []) + ([] if self.rotary else ["NoPE"]))
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ class Stack:
         block pattern's."""
         spec = self.spec
         windows = len(spec.attention_pattern) if self.causal and spec.attention_pattern else 1
-        return lcm(windows, len(spec.block_pattern) if spec.block_pattern else 1)
+        rotary = len(spec.rotary_layers) if spec.rotary_layers else 1
+        return lcm(windows, len(spec.block_pattern) if spec.block_pattern else 1, rotary)
 
     @property
     def _moe_every(self) -> int:
@@ -85,24 +90,28 @@ class Stack:
         """The i-th block (from 0)."""
         spec = self.spec
         moe = spec.is_moe and i >= spec.first_dense_layers and (i + 1) % spec.moe_every == 0
-        window = None
+        window = chunk = None
+        kind = spec.attention_pattern[i % len(spec.attention_pattern)] if spec.attention_pattern else None
         if self.causal and spec.sliding_window is not None:
-            if spec.attention_pattern is not None:
-                local = spec.attention_pattern[i % len(spec.attention_pattern)] == "local"
+            if kind is not None:
+                local = kind == "local"
             else:
                 layers = self.n_layers if spec.sliding_window_layers is None else spec.sliding_window_layers
                 local = i >= self.n_layers - layers
             window = spec.sliding_window if local else None
+        if self.causal and spec.attention_chunk_size is not None and kind in (None, "chunked"):
+            chunk = spec.attention_chunk_size
+        rotary = spec.rotary_layers is None or spec.rotary_layers[i % len(spec.rotary_layers)]
         kv_shared = spec.kv_shared_layers > 0 and i >= self.n_layers - spec.kv_shared_layers
         if spec.block_pattern:  # the kinds as the pattern lists them (a window only where there is attention)
             from .builders import KINDS
 
             kinds = tuple(spec.block_pattern[i % len(spec.block_pattern)].split("+"))
             attends = any(k == "attention" or "attention" in KINDS[k].parts for k in kinds)
-            return Layer(kinds, window if attends else None, kv_shared)
+            return Layer(kinds, window if attends else None, kv_shared, rotary=rotary or not attends)
         kinds = ("attention", *(("cross_attention",) if self.cross else ()), "moe" if moe else "mlp",
                  *(("per_layer_input",) if spec.d_per_layer_input and spec.parallel_block == "none" else ()))
-        return Layer(kinds, window, kv_shared)
+        return Layer(kinds, window, kv_shared, chunk, rotary)
 
     def rotary_width(self, layer: Layer) -> int:
         """Channels of each query and key head that rotary turns in this block: rotary_dim or the block's d_head
@@ -114,8 +123,9 @@ class Stack:
         return d_head - d_head % 2
 
     def rotary_widths(self) -> list[int]:
-        """The distinct rotary widths of the stack's blocks: one pair of cos/sin tables each."""
-        return sorted({self.rotary_width(layer) for layer in self.distinct()})
+        """The distinct rotary widths of the stack's blocks with rotary (NoPE blocks have none): one pair of cos/sin
+        tables each."""
+        return sorted({self.rotary_width(layer) for layer in self.distinct() if layer.rotary})
 
     def distinct(self, lo: int = 0, hi: int | None = None) -> dict[Layer, int]:
         """Each distinct block and how many of the stack's blocks (of those from `lo` up to `hi`: a pipeline

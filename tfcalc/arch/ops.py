@@ -59,6 +59,14 @@ def kept_up_to(n: int, window: int | None) -> int:
     return window * (window + 1) // 2 + (n - window) * window
 
 
+def kept_in_chunks(n: int, chunk: int) -> int:
+    """sum over p = 0..n-1 of (p mod chunk) + 1: the keys kept by queries at positions 0..n-1 under a chunked causal
+    mask (Llama 4's chunked attention: query p sees keys floor(p / chunk) * chunk .. p). Each whole chunk keeps
+    1 + 2 + ... + chunk pairs, the part-filled last one 1 + ... + (n mod chunk)."""
+    whole, rest = divmod(n, chunk)
+    return whole * (chunk * (chunk + 1) // 2) + rest * (rest + 1) // 2
+
+
 class UnsupportedFigure(TfcalcError):
     """A record that does not define a figure a fold asks of it."""
 
@@ -510,10 +518,13 @@ class Matmul(Record):
 @dataclass(frozen=True, slots=True)
 class Mask:
     """Which (query, key) pairs attention keeps. Query i sits at key position `offset + i` (offset = cached
-    tokens before the queries). causal: keys at or before the query; window: also within the last `window`."""
+    tokens before the queries). causal: keys at or before the query; window: also within the last `window`; chunk:
+    also in the query's own chunk of positions (Llama 4's chunked attention: positions c * chunk .. (c + 1) * chunk - 1
+    form chunk c)."""
 
     causal: bool
     window: int | None = None
+    chunk: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,7 +556,15 @@ class AttentionCore(Record):
 
     @property  # type: ignore[misc]
     def windowed(self) -> bool:
-        return self.mask.window is not None
+        """A local mask (a sliding window or chunks): the windowed figure differs from the causal one."""
+        return self.mask.window is not None or self.mask.chunk is not None
+
+    def _keys_cached(self) -> int:
+        """Keys a cache keeps for this attention: all of them, at most the window (a ring buffer keeps the last
+        `window`) or at most a chunk (transformers' cache keeps a chunked layer as a sliding window of chunk keys:
+        DynamicSlidingWindowLayer with sliding_window=attention_chunk_size)."""
+        local = self.mask.window if self.mask.window is not None else self.mask.chunk
+        return self.s_k if local is None else min(self.s_k, local)
 
     @property
     def kv_heads(self) -> int:
@@ -562,6 +581,8 @@ class AttentionCore(Record):
         before it (causal), within the last `window` of them when `windows`."""
         if not self.mask.causal:
             return self.s_q * self.s_k
+        if windows and self.mask.chunk is not None:  # queries at positions s_k - s_q .. s_k - 1, each in its chunk
+            return kept_in_chunks(self.s_k, self.mask.chunk) - kept_in_chunks(self.s_k - self.s_q, self.mask.chunk)
         window = self.mask.window if windows else None
         return kept_up_to(self.s_k, window) - kept_up_to(self.s_k - self.s_q, window)
 
@@ -597,11 +618,11 @@ class AttentionCore(Record):
 
     def cache(self, tp: int = 1) -> dict[str, int]:
         """Keys [b, kv heads, tokens, d_qk] and values [b, kv heads, tokens, d_v] of the keys attended to (at most
-        the window: a ring buffer keeps the last `window`), or MLA's latent (cache_width)."""
+        the window: a ring buffer keeps the last `window`; at most a chunk: `_keys_cached`), or MLA's latent
+        (cache_width)."""
         if not self.cached:
             return {}
-        tokens = self.s_k if self.mask.window is None else min(self.s_k, self.mask.window)
-        return {self.component: self.b * tokens * self.cached_per_token_on(tp)}
+        return {self.component: self.b * self._keys_cached() * self.cached_per_token_on(tp)}
 
     def cache_per_token(self, tp: int = 1) -> int:
         # cross-attention caches the encoder's tokens, not the decoder's
@@ -616,7 +637,10 @@ class AttentionCore(Record):
         kept = self.pairs(windows=True)
         h, kv_heads = self.h // tp, max(1, self.kv_heads // tp)  # key/value heads copied when tp > Hkv
         flops = self.b * h * (matmul(kept, self.d_qk, 1) + matmul(kept, 1, self.d_v))
-        keys = self.s_k if self.mask.window is None else min(self.s_k, self.mask.window + self.s_q - 1)
+        if self.mask.chunk is not None:  # from the first query's chunk start to the last key
+            keys = self.s_k - (self.s_k - self.s_q) // self.mask.chunk * self.mask.chunk
+        else:
+            keys = self.s_k if self.mask.window is None else min(self.s_k, self.mask.window + self.s_q - 1)
         moved = (self.b * h * self.s_q * (self.d_qk + self.d_v) * act  # q in, out
                  + int(self.b * kv_heads * keys * (self.d_qk + self.d_v) * kv))  # every key and value read
         return flops, moved

@@ -27,6 +27,9 @@ cost is the same at every c). So each op's FLOPs and bytes are concave, piecewis
 a and over its chord, which here are one line). `decode_sum` checks that for every op and halves any range where it
 fails; on an affine range it sums FLOPs and bytes as arithmetic series, and each op's time max(FLOPs / peak,
 bytes / bandwidth) by splitting the range where FLOPs x bandwidth - bytes x peak (affine too) changes sign.
+A chunked attention core (Llama 4) reads (c mod chunk) + 1 keys: a sawtooth, not concave, but the test is still
+exact for it: with slope 1 at a, f(b) - f(a) = (b - a) - chunk x (chunk starts crossed), equal to (b - a) only when
+none is crossed; with the drop at a (slope 1 - chunk) only when b = a + 1.
 tests/test_serve.py checks it against a step-by-step loop.
 """
 

@@ -32,8 +32,9 @@ The arithmetic, term by term, with the vLLM source each term follows (docs/servi
   floor(blocks / ceil(context / block_size)) (get_max_concurrency_for_kv_cache_config, floored to whole
   sequences); the longest context of one sequence = tokens, capped by the model's learned position table.
 
-Not modelled, said where it matters: a sliding-window layer is paged like a full-attention one (what vLLM does with
-its hybrid KV cache manager off; with it on, such layers keep fewer blocks); recurrent state (Mamba, DeltaNet, short
+Not modelled, said where it matters: a sliding-window or chunked (Llama 4) layer is paged like a full-attention one
+(what vLLM does with its hybrid KV cache manager off; with it on, such layers keep fewer blocks: a chunked layer at
+most attention_chunk_size + max_num_batched_tokens tokens a request, vLLM's ChunkedLocalAttentionSpec); recurrent state (Mamba, DeltaNet, short
 convolutions) is counted per sequence beside the blocks (vLLM's hybrid allocator pages it as one block per sequence
 per layer group, with the attention block size raised to match: not reproduced); an encoder-decoder's cache is not
 planned.

@@ -189,8 +189,11 @@ def rotary(x: torch.Tensor, offset: int = 0, tables: tuple[torch.Tensor, torch.T
     return torch.cat([rotated, rest], -1)
 
 
-def keep_mask(s_q: int, s_k: int, causal: bool, window: int | None, device) -> torch.Tensor | None:
-    """[s_q, s_k] booleans, True where query i (at key position s_k - s_q + i) may see key j; None: all."""
+def keep_mask(s_q: int, s_k: int, causal: bool, window: int | None, device,
+              chunk: int | None = None) -> torch.Tensor | None:
+    """[s_q, s_k] booleans, True where query i (at key position s_k - s_q + i) may see key j; None: all. `chunk`:
+    only the keys of the query's own chunk of positions (Llama 4's chunked attention, transformers'
+    chunked_overlay: key // chunk == query // chunk)."""
     if not causal:
         return None
     position = torch.arange(s_k - s_q, s_k, device=device)[:, None]
@@ -198,6 +201,8 @@ def keep_mask(s_q: int, s_k: int, causal: bool, window: int | None, device) -> t
     keep = key <= position
     if window is not None:
         keep = keep & (position - key < window)
+    if chunk is not None:
+        keep = keep & (key // chunk == position // chunk)
     return keep
 
 
@@ -214,9 +219,9 @@ class AttentionCore(nn.Module):
     formula wants equal heads). The mask is added as a constant (0 or -inf): an addition keeps nothing for
     backward, where masked_fill would keep the mask."""
 
-    def __init__(self, causal: bool, window: int | None, explicit: bool):
+    def __init__(self, causal: bool, window: int | None, explicit: bool, chunk: int | None = None):
         super().__init__()
-        self.causal, self.window, self.explicit = causal, window, explicit
+        self.causal, self.window, self.explicit, self.chunk = causal, window, explicit, chunk
         # SDPA gets the key/value heads as they are (enable_gqa=True) where no mask is passed, as transformers'
         # sdpa path does (`use_gqa_in_sdpa`): what a training step keeps (tfcalc.verify.memory sets it)
         self.native_gqa = False
@@ -227,8 +232,9 @@ class AttentionCore(nn.Module):
         SDPA has none, so with sinks the explicit path runs (the same matmuls)."""
         s_q, s_k = int(q.shape[-2]), int(k.shape[-2])  # ints, also under fvcore's jit trace
         H, Hkv = int(q.shape[1]), int(k.shape[1])
-        plain_causal = bool(self.causal and self.window is None and s_q == s_k and bias is None)
-        keep = None if plain_causal else keep_mask(s_q, s_k, self.causal, self.window, q.device)
+        plain_causal = bool(self.causal and self.window is None and self.chunk is None and s_q == s_k
+                            and bias is None)
+        keep = None if plain_causal else keep_mask(s_q, s_k, self.causal, self.window, q.device, self.chunk)
         if not self.explicit and sinks is None:
             mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
             gqa = Hkv != H and self.native_gqa and mask is None

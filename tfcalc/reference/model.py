@@ -219,8 +219,9 @@ class StackModule(nn.Module):
         self.final_norm = make_norm(spec) if spec.final_norm else None
         self.pooled_norm = spec.pooled_final_norm  # only the first token normalised (CLIP's post_layernorm)
         # rotary: one pair of cos/sin tables per distinct width, each block reading its own (Gemma 4's global
-        # blocks have heads of their own width)
-        self.widths = [stack.rotary_width(stack.layer(i)) for i in range(L)] if spec.positions == "rotary" else None
+        # blocks have heads of their own width); a NoPE block (Llama 4) reads none (None)
+        self.widths = [stack.rotary_width(layer) if (layer := stack.layer(i)).rotary else None
+                       for i in range(L)] if spec.positions == "rotary" else None
         self.recompute_blocks = recompute == "full"
         self.kv_sharing = spec.kv_shared_layers > 0
         self.first_shared = stack.n_layers - spec.kv_shared_layers if self.kv_sharing else -1
@@ -241,14 +242,14 @@ class StackModule(nn.Module):
         if self.alibi_heads:
             bias = alibi_bias(self.alibi_heads, N, context + N, x.device, x.dtype)
         tables = {} if self.widths is None else {
-            width: rotary_tables(context, N, width, x.device, x.dtype) for width in sorted(set(self.widths))}
+            width: rotary_tables(context, N, width, x.device, x.dtype) for width in sorted(set(self.widths) - {None})}
         for i, block in enumerate(self.blocks):
             if keep and i == self.first_shared:  # the positions whose outputs nothing else reads are dropped
                 x = x[:, -keep:]
                 per_layer = None if per_layer is None else per_layer[:, -keep:]
                 bias = None if bias is None else bias[:, :, -keep:]
                 tables = {w: (cos[-keep:], sin[-keep:]) for w, (cos, sin) in tables.items()}
-            rope = (None, None) if self.widths is None else tables[self.widths[i]]
+            rope = (None, None) if self.widths is None or self.widths[i] is None else tables[self.widths[i]]
             mine = None if per_layer is None else per_layer[:, :, i]
             if self.recompute_blocks and torch.is_grad_enabled():  # full recomputation: the block's input kept
                 x = checkpoint(block, x, context, bias, memory, src_len, *rope, mine, use_reentrant=False,

@@ -231,8 +231,9 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
         if getattr(spec, field_name) != getattr(base, field_name):
             raw[key] = getattr(spec, field_name)
             changed.append(f"{key}={raw[key]}")
-            if isinstance(raw.get("layer_types"), list) and field_name == "n_layers":
-                raw["layer_types"] = raw["layer_types"][:raw[key]]
+            for per_block in ("layer_types", "no_rope_layers"):  # lists of one entry per block (Llama 4's too)
+                if isinstance(raw.get(per_block), list) and field_name == "n_layers":
+                    raw[per_block] = raw[per_block][:raw[key]]
     if changed:
         notes.append(f"transformers' model built with {', '.join(changed)} (from the layer override)")
         with tempfile.TemporaryDirectory() as folder:
@@ -341,10 +342,14 @@ def _transposed_with_biases(module) -> bool:
 def _route_experts_round_robin(model) -> int:
     """Swap the forward of every stacked-experts module (3-D gate_up_proj, or up_proj without a gate, and down_proj)
     for the round robin."""
+    import inspect
+
     routed = 0
     for module in model.modules():
         weights = _up(module), getattr(module, "down_proj", None)
         transposed = _transposed_with_biases(module)
+        if len(inspect.signature(module.forward).parameters) == 1:
+            continue  # experts that take the tokens alone (Llama 4's: every expert over every token, no routing)
         if all(getattr(w, "ndim", 0) == 3 for w in weights) and (hasattr(module, "act_fn") or transposed):
             if not transposed and any(n.endswith("_bias") for n, _ in module.named_parameters(recurse=False)):
                 raise TfcalcError(f"{type(module).__name__}: experts with biases are not traced on meta yet")

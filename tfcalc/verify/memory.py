@@ -294,9 +294,10 @@ def fused_problem(spec: ModelSpec) -> str | None:
     fall back to the math path (softmax probabilities kept, in fp32)."""
     from ..arch.architecture import stacks
 
-    windowed = any(layer.window is not None for stack in stacks(spec) for layer in stack.distinct())
+    windowed = any(layer.window is not None or layer.chunk is not None
+                   for stack in stacks(spec) for layer in stack.distinct())
     if windowed:
-        return "sliding windows (torch SDPA takes them only as an attn_mask, which it keeps)"
+        return "sliding windows or chunks (torch SDPA takes them only as an attn_mask, which it keeps)"
     if spec.attention_sinks:
         return "attention sinks (torch SDPA has no sink logit)"
     if spec.positions in ("alibi", "relative") and spec.causal:

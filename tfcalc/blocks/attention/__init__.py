@@ -48,8 +48,9 @@ def mixer(ctx: Ctx) -> list[Op]:
     shared = ctx.layer.kv_shared  # an earlier block's keys and values: only q here, and nothing cached
     kv_width = 0 if shared else (1 if k_eq_v else 2) * kv * dh
     gate = H * dh if spec.attention_gate else 0  # the query projection doubled: a gate per query channel
-    core = attention_core(ctx, "attention", ctx.s, ctx.keys, Mask(ctx.stack.causal, ctx.layer.window),
-                           sinks=int(spec.attention_sinks), d_head=dh, kv_heads=kv)
+    mask = Mask(ctx.stack.causal, ctx.layer.window, ctx.layer.chunk)
+    core = attention_core(ctx, "attention", ctx.s, ctx.keys, mask, sinks=int(spec.attention_sinks), d_head=dh,
+                          kv_heads=kv)
     return [
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared;
         # + H*dh for the output gate)
@@ -117,7 +118,7 @@ def _mla_attention(ctx: Ctx) -> list[Op]:
         # every key's latent, cached and new: [B*keys, r_kv] @ [r_kv, H*(nope+v)]
         Matmul(ctx.name("attention/kv_b"), ctx.b * ctx.keys, r_kv, H * (nope + d_v), split="column"),
         AttentionCore(ctx.name("attention"), ctx.b, H, ctx.s, ctx.keys, nope + rope, d_v,
-                      Mask(ctx.stack.causal, ctx.layer.window), H, cached, cache_width=r_kv + rope),
+                      Mask(ctx.stack.causal, ctx.layer.window, ctx.layer.chunk), H, cached, cache_width=r_kv + rope),
         Matmul(ctx.name("attention/out"), t, H * d_v, D, bias=spec.bias, split="row"),  # [T, H*v] @ [H*v, D]
     ]
 
@@ -149,9 +150,10 @@ def kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[
 def kept_per_stage(ctx: Ctx) -> list[tuple[str, int, int]]:
     """The rotary cos and sin tables [s, width], one pair per distinct width of the stack's blocks: computed once per
     stack and shared by its blocks, kept on every pipeline stage that holds some of them."""
-    if ctx.spec.positions != "rotary":
+    widths = ctx.stack.rotary_widths() if ctx.spec.positions == "rotary" else []
+    if not widths:  # no rotary, or every block NoPE
         return []
-    return [(ctx.name("attention/rotary tables"), 2 * ctx.s * sum(ctx.stack.rotary_widths()), 0)]
+    return [(ctx.name("attention/rotary tables"), 2 * ctx.s * sum(widths), 0)]
 
 
 register(BlockKind("attention", attention, family="attention", norm="attention", reference=f"{__name__}.reference",

@@ -35,10 +35,10 @@ class Attention(nn.Module):
         # doubles the query projection
         self.gate = H * dh if spec.attention_gate else 0
         self.qkv = nn.Linear(spec.d_model, H * dh + self.gate + kv_width, bias=spec.has_qkv_bias)
-        self.core = AttentionCore(causal, layer.window, explicit)
+        self.core = AttentionCore(causal, layer.window, explicit, layer.chunk)
         self.sinks = Sinks(H) if spec.attention_sinks else None
         self.out = nn.Linear(H * dh, spec.d_model, bias=spec.bias)
-        self.rotary = spec.positions == "rotary"
+        self.rotary = spec.positions == "rotary" and layer.rotary  # a NoPE block (Llama 4) has none
         self.recompute_core = recompute == "selective"
         self.qk_norm = spec.qk_norm
         if spec.qk_norm == "per_head":  # weights [H, dh] and [Hkv, dh]
