@@ -540,7 +540,6 @@ class ModelSpec(BaseModel):
         if self.connectors and not self.towers:
             problems.append("connectors: only for a model with towers (towers.vision, towers.audio)")
 
-
     def _check_chunks(self, problems: list[str]) -> None:
         """Chunked attention and NoPE blocks: chunked blocks need attention_chunk_size (and it some chunked block),
         causal blocks of ordinary attention in one stack; rotary_layers only with rotary positions."""
