@@ -43,6 +43,9 @@ class Connector(BaseModel):
     activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
         "gelu", description="Between its linears.")
     scalars: Count = Field(0, description="Lone parameters (logit_scale, logit_bias).")
+    similarity: Size | None = Field(None, description="A dual encoder's logits: every image's embedding against every "
+                                                      "text's, [images, similarity] @ [similarity, texts] (no "
+                                                      "weights). Not with widths.")
 
     @property
     def into_text(self) -> bool:
@@ -535,6 +538,9 @@ class ModelSpec(BaseModel):
                                 f"(towers: {', '.join(['text', *self.towers])})")
             if len(c.widths) == 1:
                 problems.append(f"connectors: {c.name!r} has widths={c.widths}: give its input and output widths")
+            if c.similarity is not None and (c.widths or "vision" not in self.towers):
+                problems.append(f"connectors: {c.name!r} has similarity={c.similarity}: the logits of a dual encoder "
+                                "with a vision tower, without widths")
             if names.count(c.name) > 1:
                 problems.append(f"connectors: {c.name!r} is named twice")
         if self.connectors and not self.towers:

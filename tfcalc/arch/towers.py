@@ -137,6 +137,8 @@ def connector_ops(spec: ModelSpec, c: Connector, workload: Workload) -> list[Op]
         if i + 1 < len(pairs):
             ops.append(Elementwise(f"{c.name}/act", "activation", rows * n, ACTIVATION_FLOPS[c.activation],
                                       c.activation))
+    if c.similarity is not None:  # image embeddings [images, P] @ text embeddings^T [P, texts]: no weights
+        ops.append(Matmul(c.name, images(workload), c.similarity, workload.batch_size, weights=0, role="connector"))
     if c.scalars:
         ops.append(Table(c.name, 1, c.scalars, "scalar"))  # logit_scale (logit_bias): [1] each
     return [replace(op, sublayer="connector") for op in ops]

@@ -138,3 +138,27 @@ register(
                          hidden_act="quick_gelu"),
            types=dict(_ENCODER_TYPES, vocab_size="size", max_position_embeddings="size", projection_dim="size?")),
 )
+
+
+def clip_connectors(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
+    """CLIPModel's pieces between its towers: visual_projection and text_projection (no biases) on each image's
+    pooled class token and each text's pooled EOS token, and the logits, every image against every text
+    ([images, projection_dim] @ [projection_dim, texts]) scaled by logit_scale (one parameter)."""
+    P = cfg["projection_dim"]
+    return [dict(name="visual_projection", source="vision", pooled=True, widths=[towers["vision"]["d_model"], P]),
+            dict(name="text_projection", source="text", pooled=True, widths=[towers["text"]["d_model"], P]),
+            dict(name="logits", source="vision", pooled=True, similarity=P, scalars=1)]
+
+
+WHOLE_COMPONENTS = [  # CLIPModel's own modules and parameters; its towers' by their tables (Family.prefixes)
+    (r"visual_projection", "visual_projection"),
+    (r"text_projection", "text_projection"),
+    (r"logit_scale", "logits"),
+    (r"", "logits"),  # the logits' matmul runs in CLIPModel.forward itself
+]
+
+register(Family("clip", nested=("clip_text_model", "text_config"), towers={"vision": ("clip_vision_model",
+                                                                                    "vision_config")},
+                connectors=clip_connectors, prefixes={"text": r"text_model\.", "vision": r"vision_model\."},
+                components=WHOLE_COMPONENTS, defaults=dict(projection_dim=512),
+                types=dict(projection_dim="size", architectures="strings?")))

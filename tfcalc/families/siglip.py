@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from ..hf import SEQ_LEN_CAP, refuse_if
+from ..hf import SEQ_LEN_CAP, Unmodelled, refuse_if
 from ..sizes import MAX_DIGITS
 from .clip import architecture, encoder, grid, layers
 from .registry import Family, register
@@ -123,3 +123,21 @@ register(
                          projection_size=None),
            types=dict(_ENCODER_TYPES, vocab_size="size", max_position_embeddings="size", projection_size="size?")),
 )
+
+
+def siglip_connectors(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
+    """SiglipModel's logits: every text's pooled embedding (its head's output, projection_size) against every image's
+    (the pooling head's, hidden_size), [texts, P] @ [P, images], with logit_scale and logit_bias (one parameter
+    each); the two widths must agree."""
+    text, vision = towers["text"]["d_projection"], towers["vision"]["d_model"]
+    if text != vision:
+        raise Unmodelled(f"text_config.projection_size={text} is not modelled beside vision_config.hidden_size="
+                         f"{vision} (the logits multiply the two embeddings: their widths must agree)")
+    return [dict(name="logits", source="vision", pooled=True, similarity=vision, scalars=2)]
+
+
+register(Family("siglip", nested=("siglip_text_model", "text_config"),
+                towers={"vision": ("siglip_vision_model", "vision_config")}, connectors=siglip_connectors,
+                prefixes={"text": r"text_model\.", "vision": r"vision_model\."},
+                components=[(r"logit_(?:scale|bias)", "logits"), (r"", "logits")],  # the logits' matmul: in forward
+                types=dict(architectures="strings?")))

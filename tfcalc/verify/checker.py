@@ -226,6 +226,21 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
             counted[c.name] += scalars.numel()
         for name in dict.fromkeys([*(n for n, _ in modules if counted[n]), *([c.name] if scalars is not None else [])]):
             params.append(ParamRow(name, p.get(name, 0), counted[name], counted[name]))
+        if c.similarity is not None:  # every image's embedding against every text's
+            class Similarity(torch.nn.Module):
+                def forward(self, images, texts):
+                    return images @ texts.t()
+
+            pair = (torch.zeros(units, c.similarity, device=on), torch.zeros(result.workload.batch_size, c.similarity,
+                                                                           device=on))
+            with FlopCounterMode(display=False) as fc:
+                Similarity()(*pair)
+            macs = FlopCountAnalysis(Similarity(), pair).unsupported_ops_warnings(False).total()
+            forward.append(FlopRow(c.name, fwd.get(c.name, 0), fc.get_total_flops(), macs))
+            if train:  # the embeddings need their gradients
+                with FlopCounterMode(display=False) as fc:
+                    Similarity()(*(t.requires_grad_() for t in pair)).sum().backward()
+                train_flops += fc.get_total_flops()
         if not modules:
             continue
         model = torch.nn.Sequential(*(m for _, m in modules))

@@ -224,7 +224,7 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
     if base.towers:  # --tower vision of a whole multimodal config: that tower's spec
         from ..arch.towers import select
 
-        base = select(base, "vision" if spec.inputs == "images" else spec.inputs)
+        base = select(base, {"images": "vision", "tokens": "text"}.get(spec.inputs, spec.inputs))
     raw = dict(raw)
     changed = []
     for key, field_name in _layer_keys(registry.family(model_type), raw).items():
@@ -573,6 +573,8 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
     """A whole multimodal config against transformers' whole class: every tower, the connectors and the head, on
     the text tokens and the images of the workload (phase train), per component (each tower's by its family's table
     under its prefix: `table`)."""
+    import inspect
+
     import torch
 
     from ..arch.towers import image_size, image_tokens
@@ -601,9 +603,15 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
         H, W = image_size(spec, work)
         channels = spec.towers["vision"].sizes("patch_embedding").channels
         inputs["pixel_values"] = torch.empty(work.images or 1, channels, H, W, device="meta")
+        sizes = spec.towers["vision"].sizes("patch_embedding")
+        if (H, W) != (sizes.height, sizes.width) and "interpolate_pos_encoding" in inspect.signature(
+                model.forward).parameters:  # another size than the tower's own: its position table interpolated
+            inputs["interpolate_pos_encoding"] = True
     if family.hf_inputs is not None:
         inputs = family.hf_inputs(model.config, inputs, work, image_tokens(spec, work))
     total, own, outside = _guarded(path, trace, model, work, False, inputs=inputs)
+    if outside and component_of(model_type, "") is not None:  # the whole class's own work (a dual encoder's logits)
+        own, outside = {**own, "": outside}, 0
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():
