@@ -447,6 +447,12 @@ BASE["llama4_text"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_he
 BASE["vit"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96, image_size=32,
                    patch_size=8, num_channels=3, qkv_bias=True, architectures=["ViTForImageClassification"],
                    id2label={"0": "cat", "1": "dog"})
+_TOWER = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96)
+BASE["clip_vision_model"] = _TOWER | dict(image_size=32, patch_size=8, num_channels=3, projection_dim=16)
+BASE["clip_text_model"] = _TOWER | dict(vocab_size=100, max_position_embeddings=16, projection_dim=16)
+BASE["siglip_vision_model"] = _TOWER | dict(image_size=32, patch_size=8, num_channels=3, vision_use_head=True)
+BASE["siglip2_vision_model"] = _TOWER | dict(num_patches=16, patch_size=8, num_channels=3, vision_use_head=True)
+BASE["siglip_text_model"] = _TOWER | dict(vocab_size=100, max_position_embeddings=16, projection_size=32)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)

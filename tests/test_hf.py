@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from tfcalc import TfcalcError, Workload, count, find_preset, load_preset
 from tfcalc.cli import app
+from tfcalc.arch.towers import select
 from tfcalc.hf import DEFAULTS, SEQ_LEN_CAP, read_hf_config
 
 MODEL_CLASSES = {
@@ -315,7 +316,10 @@ PUBLISHED |= {
         "model_type": "gemma3_text", "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
         "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024, "sliding_window_pattern": 6},
-        "vision_config": {"model_type": "siglip_vision_model"}}, "gemma3-27b"),
+        "mm_tokens_per_image": 256,
+        "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                          "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                          "patch_size": 14, "vision_use_head": False}}, "gemma3-27b"),
     "OLMo-2-1124-7B": ({"model_type": "olmo2", "attention_bias": False, "hidden_act": "silu", "hidden_size": 4096,
                         "intermediate_size": 11008, "max_position_embeddings": 4096, "num_attention_heads": 32,
                         "num_hidden_layers": 32, "num_key_value_heads": 32, "rope_scaling": None,
@@ -357,7 +361,10 @@ def test_presets_equal_transformers_built_from_the_published_config(name):
     hf_config = transformers.AutoConfig.for_model(**config)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        n_params = language_model_params(MODEL_CLASSES[config["model_type"]](hf_config))
+        model = MODEL_CLASSES[config["model_type"]](hf_config)
+    # a whole multimodal preset (gemma3-27b) is the whole class, a language model's its language model
+    whole = bool(load_preset(preset).towers)
+    n_params = sum(p.numel() for p in model.parameters()) if whole else language_model_params(model)
     assert count(load_preset(preset)).params.total == n_params
     assert f"{n_params:,}" in find_preset(preset).source  # the source says it
 
@@ -458,7 +465,8 @@ def test_unmodelled_or_bad_fields_are_refused_by_name(tmp_path, config, message)
 @given(data=st.data())
 def test_gemma3_multimodal_configs_read_their_text_config(tmp_path_factory, data):
     # Gemma 3's multimodal config: the language model is its text_config (gemma3_text), the head tied by the outer
-    # tie_word_embeddings; the vision tower and projector are not counted
+    # tie_word_embeddings; its text tower (--tower text) is that language model alone, and the whole model adds the
+    # SigLIP tower and the projector as Gemma3ForConditionalGeneration holds them
     text = data.draw(hf_configs("gemma3_text"))
     tie = text.pop("tie_word_embeddings")
     config = {"model_type": "gemma3", "text_config": text, "tie_word_embeddings": tie, "mm_tokens_per_image": 4,
@@ -466,14 +474,15 @@ def test_gemma3_multimodal_configs_read_their_text_config(tmp_path_factory, data
                                 "num_attention_heads": 2, "image_size": 28, "patch_size": 14}}
     folder = tmp_path_factory.mktemp("hf")
     source = read_hf_config(write(folder, config))
-    assert "the other towers (vision, audio) and the multimodal projectors are not counted" in source.source
+    assert "gemma3: the language model read from text_config (gemma3_text)" in source.source
     alone = read_hf_config(write(folder, text | {"tie_word_embeddings": tie}, "text.json")).spec
-    assert source.spec.replace(name="x") == alone.replace(name="x")
+    assert select(source.spec, "text").replace(name="x") == alone.replace(name="x")
     hf_config = transformers.AutoConfig.for_model(**config)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = transformers.Gemma3ForConditionalGeneration(hf_config)
-    assert count(source.spec).params.total == language_model_params(model)
+    assert count(select(source.spec, "text")).params.total == language_model_params(model)
+    assert count(source.spec).params.total == sum(p.numel() for p in model.parameters())
 
 
 def test_roberta_positions_include_the_padding_offset(tmp_path):

@@ -13,6 +13,7 @@ import transformers
 from transformers import CONFIG_MAPPING
 
 from tfcalc import TfcalcError, Workload, count
+from tfcalc.arch.towers import select
 from tfcalc.families.registry import family, model_types
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
@@ -20,7 +21,9 @@ from tfcalc.verify import hf_model
 # The hybrids' families: their own test files hold them against transformers (the small config here cannot hold
 # their mixers' sizes)
 ELSEWHERE = {"mamba2", "nemotron_h", "bamba", "granitemoehybrid", "mamba", "jamba", "qwen3_next", "qwen3_5",
-             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1"}
+             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1",
+             # the whole dual encoders: tests/test_towers_whole.py holds them against CLIPModel and SiglipModel
+             "clip", "siglip"}
 TYPES = [t for t in model_types() if t not in ELSEWHERE]
 OTHER_TOWERS = ("model.vision_tower.", "model.multi_modal_projector.", "model.audio_tower.", "model.embed_vision.",
                 "model.embed_audio.")
@@ -76,7 +79,10 @@ def built(folder, lm_head: bool, encoder_decoder: bool) -> int:
 
 
 def counted(folder) -> tuple[int, object]:
+    """tfcalc's count of the config in `folder`; of a whole multimodal config its text tower (the language model),
+    as `built` counts transformers' (tests/test_towers_whole.py holds the whole ones)."""
     spec = read_hf_config(folder).spec
+    spec = select(spec, "text") if spec.towers else spec
     return count(spec).params.total, spec
 
 
@@ -88,9 +94,15 @@ SMALL_FOR = {
     "deepseek_v3": dict(num_key_value_heads=4),
     "deepseek_v32": dict(num_key_value_heads=4),
     "gptj": dict(rotary_dim=8),  # at most the head's 16 channels
+
     "gpt_neox": dict(head_dim=None),  # GPTNeoXAttention's heads are hidden_size // heads wide
     "falcon": dict(num_kv_heads=None),
 }
+# A multimodal config's other fields beside its text_config: a SigLIP tower whose 16 x 16 patch grid Gemma 3's projector
+# pools into its 256 tokens (Gemma3Config's default vision tower, 224 / 16, cannot be: see DEFAULTS_REFUSED)
+OUTER_FOR = {"gemma3": dict(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=2, image_size=64, patch_size=4,
+                                               vision_use_head=False))}
 ACTIVATION_FIELDS = ("hidden_act", "hidden_activation", "activation_function", "activation")
 
 
@@ -102,7 +114,7 @@ def small(model_type: str) -> dict:
     inner = family(inner_type)
     own = {k: v for k, v in SMALL.items() if k in inner.types and k not in inner.aliases}
     own = {k: v for k, v in (own | SMALL_FOR.get(inner_type, {})).items() if v is not None} | TOKENS
-    return {f.nested[1]: own} if f.nested else own
+    return {f.nested[1]: own, **OUTER_FOR.get(model_type, {})} if f.nested else own
 
 
 CHANGES = {"n_embed": 128}  # Falcon's n_embed, read over hidden_size: a width the heads divide
@@ -133,7 +145,10 @@ def compare(folder) -> tuple[int, int] | str:
 
 
 # Class defaults tfcalc refuses by name (transformers builds the parameters but cannot run the model)
-DEFAULTS_REFUSED = {"deepseek_v2": "num_experts_per_tok=None is not modelled"}  # DeepseekV2Config's default top-k
+DEFAULTS_REFUSED = {"deepseek_v2": "num_experts_per_tok=None is not modelled",  # DeepseekV2Config's default top-k
+                    # Gemma3Config's default vision tower (SiglipVisionConfig: 224 / 16 = a 14 x 14 grid) cannot be
+                    # pooled into its default 256 tokens (transformers' projector builds an AvgPool2d of kernel 0)
+                    "gemma3": "mm_tokens_per_image=256 is not modelled with a patch grid of 14 x 14"}
 
 
 @pytest.mark.parametrize("model_type", TYPES)
@@ -191,7 +206,7 @@ def with_field(model_type: str, key: str, value) -> dict:
     """small(model_type) with `key` set (in the text_config of a multimodal config)."""
     kwargs, nested = small(model_type), family(model_type).nested
     if nested:
-        return {nested[1]: kwargs[nested[1]] | {key: value}}
+        return {**kwargs, nested[1]: kwargs[nested[1]] | {key: value}}
     return kwargs | {key: value}
 
 
@@ -345,7 +360,7 @@ NESTED = [t for t in TYPES if family(t).nested]
 @pytest.mark.parametrize("inner, outer", [(False, None), (True, None), (False, True), (True, False)])
 def test_the_head_is_tied_by_the_outer_flag_as_transformers_reads_it(tmp_path, model_type, inner, outer):
     key = family(model_type).nested[1]
-    config = {"model_type": model_type, key: small(model_type)[key] | {"tie_word_embeddings": inner}}
+    config = {**small(model_type), "model_type": model_type, key: small(model_type)[key] | {"tie_word_embeddings": inner}}
     if outer is not None:
         config["tie_word_embeddings"] = outer
     source = read_hf_config(write(tmp_path, config))
@@ -354,12 +369,14 @@ def test_the_head_is_tied_by_the_outer_flag_as_transformers_reads_it(tmp_path, m
     outer_default = CONFIG_MAPPING[model_type]().tie_word_embeddings
     assert source.spec.tie_embeddings is (outer if outer is not None else outer_default)
     assert (f"{key}.tie_word_embeddings={inner} not read" in source.source) is (outer is None)
-    # check --hf-config builds the language model with the same head
-    report = hf_model.compare(tmp_path, source.spec, Workload(batch_size=1, seq_len=4))
+    # check --hf-config builds the language model with the same head (a whole model's: its text tower, --tower text)
+    text = select(source.spec, "text") if source.spec.towers else source.spec
+    report = hf_model.compare(tmp_path, text, Workload(batch_size=1, seq_len=4))
     assert report.match, [r for r in report.rows if not r.match]
 
 
-@pytest.mark.parametrize("model_type", [t for t in model_types() if family(t).nested])  # qwen3_5's too: a guard
+# qwen3_5's too: a guard (not the dual encoders, which have no head)
+@pytest.mark.parametrize("model_type", [t for t in model_types() if family(t).nested and t not in ("clip", "siglip")])
 def test_a_multimodal_default_tie_flag_is_its_language_models(model_type):
     # hf._nested leaves an absent outer flag to the language model's default: the same as the outer class's
     inner_type = family(model_type).nested[0]

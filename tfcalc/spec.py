@@ -43,6 +43,8 @@ class Connector(BaseModel):
     activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
         "gelu", description="Between its linears.")
     scalars: Count = Field(0, description="Lone parameters (logit_scale, logit_bias).")
+    image_size: Size | None = Field(None, description="The one image size it reads (Gemma 3's projector reshapes "
+                                                      "its input to the config's patch grid); None: any.")
     similarity: Size | None = Field(None, description="A dual encoder's logits: every image's embedding against every "
                                                       "text's, [images, similarity] @ [similarity, texts] (no "
                                                       "weights). Not with widths.")

@@ -100,6 +100,10 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
         if c.pooled or c.source == "text" or not c.widths:
             continue
         tw = tower_workload(spec, c.source, workload)
+        if c.image_size is not None and tw.image_size != (c.image_size, c.image_size):
+            problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {spec.label}'s {c.name} reads images "
+                            f"of {c.image_size}x{c.image_size} alone (it reshapes the tower's output to that grid)")
+            continue
         tokens = tw.seq_len - int(c.drop_class_token)
         if tokens % (c.pool * c.merge):
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {tokens} {c.source} tokens per image "

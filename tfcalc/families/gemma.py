@@ -6,7 +6,10 @@ blocks. Gemma 2's module-name table (GEMMA2_COMPONENTS) is Gemma 4's too.
 
 from __future__ import annotations
 
-from ..hf import ACTIVATIONS, DECODER_TYPES, activation_of, decoder_fields, layer_kinds, refuse_if, set_window, show
+import math
+
+from ..hf import (ACTIVATIONS, DECODER_TYPES, Unmodelled, activation_of, decoder_fields, layer_kinds, refuse_if,
+                  set_window, show)
 from .llama import DECODER_COMPONENTS, LLAMA_COMPONENTS
 from .registry import Family, register
 
@@ -79,6 +82,25 @@ def gemma3_text(cfg: dict, notes: list[str]) -> dict:
     return gemma2(cfg, notes, pattern) | dict(qk_norm="head")
 
 
+def gemma3_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
+    """Gemma3MultiModalProjector: the vision tower's patches reshaped to their grid (image_size // patch_size a side),
+    average-pooled to mm_tokens_per_image tokens (a kernel of grid / sqrt(mm_tokens_per_image) a side, no
+    parameters), Gemma's RMSNorm over the vision width, one matmul to the language model's width (no bias): those
+    tokens take the image's places in the prompt. It reshapes to the config's grid, so images of that size alone."""
+    vision, text = towers["vision"], towers["text"]
+    sizes = vision["kinds"]["patch_embedding"]
+    grid = sizes["image_size"] // sizes["patch_size"]
+    side = math.isqrt(cfg["mm_tokens_per_image"])
+    if side * side != cfg["mm_tokens_per_image"] or grid % side:
+        raise Unmodelled(f"mm_tokens_per_image={cfg['mm_tokens_per_image']} is not modelled with a patch grid of "
+                         f"{grid} x {grid}: the projector pools the grid into a square of whole kernels")
+    kernel = grid // side
+    notes.append(f"gemma3: each image's {grid * grid} patches average-pooled {kernel}x{kernel} into "
+                 f"{cfg['mm_tokens_per_image']} tokens of the prompt")
+    return [dict(name="multi_modal_projector", source="vision", pool=kernel * kernel, norm="rmsnorm",
+                 widths=[vision["d_model"], text["d_model"]], image_size=sizes["image_size"])]
+
+
 register(
     Family("gemma", mapper=gemma, components=LLAMA_COMPONENTS,
            defaults=dict(vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
@@ -97,6 +119,12 @@ register(
     Family("gemma3_text", like="gemma2", mapper=gemma3_text, types=dict(sliding_window_pattern="size"),
            defaults=dict(vocab_size=262_208, max_position_embeddings=131_072, final_logit_softcapping=None,
                          attn_logit_softcapping=None, use_bidirectional_attention=False)),
-    # the multimodal config: its language model is read from text_config; the other towers are not counted
-    Family("gemma3", nested=("gemma3_text", "text_config")),
+    # the multimodal config, whole: its language model from text_config, its SigLIP tower from vision_config
+    Family("gemma3", nested=("gemma3_text", "text_config"),
+           towers={"vision": ("siglip_vision_model", "vision_config")}, connectors=gemma3_projector,
+           prefixes={"text": r"model\.language_model\.", "vision": r"model\.vision_tower\.(?:vision_model\.)?"},
+           components=[(r"lm_head", "head"),
+                       (r"model\.multi_modal_projector\.mm_soft_emb_norm", "multi_modal_projector/norm"),
+                       (r"model\.multi_modal_projector(?:\.mm_input_projection_weight)?", "multi_modal_projector")],
+           defaults=dict(mm_tokens_per_image=256), types=dict(mm_tokens_per_image="size")),
 )

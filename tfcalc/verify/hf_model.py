@@ -83,8 +83,10 @@ def _whole_table(model_type: str) -> tuple[tuple[str, str], ...]:
     rules = list(family.components or ())
     for tower, prefix in family.prefixes.items():
         inner = family.nested[0] if tower == "text" else family.towers[tower][0]
-        rules += [(prefix + pattern, component if tower == "text" else f"{tower}/{component}")
-                  for pattern, component in table(inner) or ()]
+        for pattern, component in table(inner) or ():
+            # a language model's table names its causal-LM class's modules: its base model's `model.` is the prefix
+            pattern = prefix + (pattern.removeprefix(r"model\.") if tower == "text" else pattern)
+            rules.append((pattern, component if tower == "text" else f"{tower}/{component}"))
     return tuple(rules)
 
 
@@ -392,14 +394,15 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         inputs["use_cache"] = True
     # SigLIP2's checks of its spatial shapes read data (none on meta): transformers' own switch turns them off
     checks = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
-    if patchified:
+    quiet = patchified or given is not None  # and a multimodal model's count of its image tokens
+    if quiet:
         os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
     try:
         with warnings.catch_warnings(), torch.no_grad(), FlopCounterMode(display=False) as counter:
             warnings.simplefilter("ignore")
             model(**inputs)
     finally:
-        if patchified:
+        if quiet:
             if checks is None:
                 os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
             else:
