@@ -247,7 +247,9 @@ class Matmul(Record):
     `shares_input`: x is an input an earlier op already keeps (a gate beside its up projection, a parallel block's
     MLP beside attention on one normalised x): kept once.
     `linears`: the implementation's linear modules behind it (q, k and v of a fused projection), which are also the
-    separate tensors a checkpoint stores (`parts`)."""
+    separate tensors a checkpoint stores (`parts`).
+    `unbiased`: outputs of a biased record that have no bias (Whisper's k_proj inside a fused q/k/v: its bias is
+    [n - unbiased])."""
 
     component: str
     m: int
@@ -264,6 +266,12 @@ class Matmul(Record):
     # matrix; (): none of its own, its matrix is part of another record's module) and its adapter, if any
     linears: tuple[Linear, ...] | None = field(default=None, repr=False)
     lora: Lora | None = field(default=None, repr=False)
+    unbiased: int = 0
+
+    @property
+    def biases(self) -> int:
+        """Elements of one bias: n, less the outputs without one (0 without a bias)."""
+        return self.n - self.unbiased if self.bias else 0
 
     @property
     def parts(self) -> tuple[int, ...]:
@@ -274,7 +282,7 @@ class Matmul(Record):
     @property
     def params_each(self) -> int:
         """One weight matrix and its bias: nn.Linear(k, n) has weight [n, k] and bias [n]."""
-        return self.k * self.n + (self.n if self.bias else 0)
+        return self.k * self.n + self.biases
 
     @property
     def expert(self) -> bool:
@@ -313,7 +321,7 @@ class Matmul(Record):
         return {}
 
     def non_matmul(self) -> dict[str, int]:
-        return {"bias": self.m * self.n} if self.bias and self.weights else {}
+        return {"bias": self.m * self.biases} if self.bias and self.weights else {}
 
     def names(self) -> list[str]:
         return [self.component]
@@ -365,7 +373,7 @@ class Matmul(Record):
         # a tied head owns no matrix (the token table is counted), unless a later pipeline stage keeps a copy
         matrices = _ceil(self.weights, ep) if self.expert else self.weights or int(copy_tied)
         k, n = self._shape_on(tp)
-        bias = n if self.split == "column" else self.n
+        bias = _ceil(self.biases, tp) if self.split == "column" else self.biases
         return ([k * n] + ([bias] if self.bias else [])) * matrices
 
     def gemm(self) -> tuple[int, int, int] | None:

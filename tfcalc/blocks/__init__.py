@@ -12,6 +12,8 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
   attention and Mamba2 side by side on one norm), registered lazily (imported when a spec names them).
 - `patch_embedding` (ViT's patches, class token and position table): a model of images' input in place of
   `embedding`, registered lazily.
+- `audio_conv` (Whisper's two convolutions over mel frames and its frozen position table): a model of audio's encoder
+  input in place of `embedding` (`ModelSpec.stack_input`), registered lazily.
 """
 
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
@@ -22,5 +24,6 @@ from ..arch.builders import register_lazily
 
 # the sequence mixers of hybrid models and the input of a model of images: each module registers its kind when a
 # spec first names it
-for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding"):
+for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding",
+              "audio_conv"):
     register_lazily(_name, f"{__name__}.{_name}")
