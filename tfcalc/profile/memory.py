@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from ..arch import Workload, build, default_workload
+from ..arch import build, default_workload
 from ..counts import count
 from ..plan.training import training_memory
 from ..spec import ModelSpec
