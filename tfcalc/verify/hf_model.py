@@ -342,8 +342,9 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
         inputs = {"input_ids": src, "decoder_input_ids": ids}
     if mel_bins is not None:  # Whisper: the mel frames [B, mel_bins, F], then the decoder's tokens
-        inputs = {"input_features": torch.empty(workload.batch_size, mel_bins, workload.mel_frames, device="meta"),
-                  "decoder_input_ids": ids}
+        mel = torch.empty(workload.batch_size, mel_bins, workload.mel_frames, device="meta",
+                          dtype=next(model.parameters()).dtype)  # in the model's dtype (a config's torch_dtype)
+        inputs = {"input_features": mel, "decoder_input_ids": ids}
     if "use_cache" in inspect.signature(model.forward).parameters:
         # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
         # sequences, which reads data (.item() on meta)
