@@ -46,8 +46,8 @@ def whisper_params(D: int, L_enc: int, L_dec: int, F: int, V: int, mel: int, src
 
 def test_whisper_base_published_pin():
     # whisper-base: 6 + 6 layers 512 wide (8 heads), MLP 2048, 80 mel bins, 51,865 tokens, 1,500 and 448 positions
-    # conv1 123,392 + conv2 786,944 + encoder positions 768,000 + 6 x 3,151,360 + 1,024
-    #   + tokens 26,554,880 + decoder positions 229,376 + 6 x 4,204,032 + 1,024
+    # conv1 123,392 + conv2 786,944 + encoder positions 768,000 + 6 x 3,151,872 + 1,024
+    #   + tokens 26,554,880 + decoder positions 229,376 + 6 x 4,203,008 + 1,024
     assert whisper_params(512, 6, 6, 2048, 51865, 80, 1500, 448) == 72_593_920
     config = {"model_type": "whisper", "d_model": 512, "encoder_layers": 6, "decoder_layers": 6,
               "encoder_attention_heads": 8, "decoder_attention_heads": 8, "encoder_ffn_dim": 2048,
