@@ -226,15 +226,13 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
 
 # ---- building and tracing ------------------------------------------------------------------------------------------
 
-def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False,
-                 audio: bool = False):
+def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False):
     auto = [transformers.AutoModel]
     if classifier:  # a classifier on the first token (ViTForImageClassification)
         auto = [transformers.AutoModelForImageClassification, *auto]
-    elif audio:  # an encoder of audio, a decoder of tokens and its head (WhisperForConditionalGeneration), or none
-        auto = [transformers.AutoModelForSpeechSeq2Seq, *auto] if lm_head else auto  # (WhisperModel)
-    elif encoder_decoder:
-        auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
+    elif encoder_decoder:  # with its head (an encoder of audio: WhisperForConditionalGeneration), or bare (WhisperModel)
+        auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForSpeechSeq2Seq,
+                transformers.AutoModelForCausalLM, *auto] if lm_head else auto
     elif lm_head:
         auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, *auto]
     for factory in auto:
@@ -244,15 +242,14 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False,
-          audio: bool = False):
+def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False):
     """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
     import torch
     import transformers
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
-    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier, audio)
+    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
     try:
@@ -489,7 +486,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
     model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
-                             classifier=spec.n_classes is not None, audio=spec.inputs == "audio")
+                             classifier=spec.n_classes is not None)
     if routed:
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
