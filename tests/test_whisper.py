@@ -10,6 +10,8 @@ import pytest
 import torch
 import transformers
 from hf_oracle import hf_config, meta_params, write
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
@@ -111,14 +113,42 @@ def test_whisper_is_exact_against_transformers_eager_on_cpu(tmp_path, change, cl
     assert count(spec, Workload(batch_size=batch, seq_len=tokens)).flops.forward == counter.get_total_flops()
 
 
-@pytest.mark.parametrize("change", [{}, {"architectures": ["WhisperModel"]}, {"tie_word_embeddings": False},
-                                    {"encoder_layers": 3, "decoder_layers": 1}])
-def test_check_hf_config_matches_every_component(tmp_path, change):
-    path = write(tmp_path, tiny(**change))
+configs = st.fixed_dictionaries({
+    "heads": st.sampled_from([1, 2, 4]), "head_dim": st.sampled_from([4, 8]), "encoder_layers": st.integers(1, 3),
+    "decoder_layers": st.integers(1, 3), "ffn": st.integers(8, 64), "vocab_size": st.integers(8, 120),
+    "num_mel_bins": st.integers(1, 12), "max_source_positions": st.integers(1, 24),
+    "max_target_positions": st.integers(4, 24), "activation_function": st.sampled_from(["gelu", "relu", "gelu_new"]),
+    "tie_word_embeddings": st.booleans(), "architectures": st.sampled_from([None, ["WhisperModel"]]),
+    "batch": st.integers(1, 3), "tokens": st.integers(1, 4),
+})
+
+
+@settings(max_examples=6, deadline=None)
+@given(configs)
+def test_check_hf_config_matches_every_component_of_generated_configs(tmp_path_factory, c):
+    """transformers' class on meta against tfcalc's count of the same config.json, parameters and forward FLOPs
+    (FlopCounterMode over one eager forward of a whole window of mel frames and `tokens` decoder tokens), component by
+    component: the convolutions, the tables, every projection and attention core, the head."""
+    config = {"model_type": "whisper", "d_model": c["heads"] * c["head_dim"], "encoder_attention_heads": c["heads"],
+              "decoder_attention_heads": c["heads"], "encoder_ffn_dim": c["ffn"], "decoder_ffn_dim": c["ffn"],
+              **{k: c[k] for k in ("encoder_layers", "decoder_layers", "vocab_size", "num_mel_bins",
+                                   "max_source_positions", "max_target_positions", "activation_function",
+                                   "tie_word_embeddings")}, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0,
+              "decoder_start_token_id": 0, **({"architectures": c["architectures"]} if c["architectures"] else {})}
+    path = write(tmp_path_factory.mktemp("whisper"), config)
+    spec = read_hf_config(path).spec
+    report = hf_model.compare(path, spec, Workload(batch_size=c["batch"], seq_len=c["tokens"]))
+    assert report.match, report.verdict()
+    assert not [r for r in report.rows if r.component.startswith("(")]  # every module mapped
+    model = "WhisperModel" if c["architectures"] else "WhisperForConditionalGeneration"
+    assert report.model_class == model
+
+
+def test_check_hf_config_matches_every_component(tmp_path):
+    path = write(tmp_path, tiny())
     spec = read_hf_config(path).spec
     report = hf_model.compare(path, spec, Workload(batch_size=2, seq_len=9))
     assert report.match, report.verdict()
-    assert not [r for r in report.rows if r.component.startswith("(")]  # every module mapped
     matched = {(r.figure, r.component) for r in report.rows if r.match}
     assert {("forward", "encoder/embedding/conv1"), ("forward", "encoder/embedding/conv2"),
             ("params", "encoder/embedding/position"), ("params", "decoder/embedding/token"),
