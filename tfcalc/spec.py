@@ -277,8 +277,8 @@ class ModelSpec(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _vocabulary(cls, data: Any, handler):
-        """vocab_size is required of a model of tokens (inputs='tokens', the default): named with the other missing
-        fields, in the fields' order, as pydantic names a required field."""
+        """vocab_size is required of a model of tokens (inputs='tokens', the default) and of audio (its decoder's):
+        named with the other missing fields, in the fields' order, as pydantic names a required field."""
         if not (isinstance(data, dict) and data.get("inputs", "tokens") in ("tokens", "audio")
                 and data.get("vocab_size") is None):
             return handler(data)

@@ -212,8 +212,8 @@ def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
     for stack in all_stacks:
         ctx = Ctx(spec, workload, stack)
         where = f"{stack.name} " if stack.name else ""
-        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(run(spec.stack_input(stack.name), ctx)), kind="embedding",
-                                        stack=stack))
+        inputs = run(spec.stack_input(stack.name), ctx)  # tokens, or a kind's own input (images, mel frames)
+        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(inputs), kind="embedding", stack=stack))
         for s in range(pp):
             lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, stack.n_layers)
             # shared_blocks: one kind of block (the spec checks it)

@@ -64,8 +64,8 @@ class Workload(BaseModel):
 
     def model_dump(self, **kwargs) -> dict:
         """image_size only for a workload of images, as [H, W] (as JSON writes it, and CSV as every other list),
-        mel_frames only for a workload of audio: a workload of tokens dumps as it always has. (A method, not a pydantic serializer: that module's import is
-        a millisecond of every command's start.)"""
+        mel_frames only for a workload of audio: a workload of tokens dumps as it always has. (A method, not a
+        pydantic serializer: that module's import is a millisecond of every command's start.)"""
         data = super().model_dump(**kwargs)
         if data.get("image_size") is None:
             data.pop("image_size", None)

@@ -230,7 +230,7 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
     auto = [transformers.AutoModel]
     if classifier:  # a classifier on the first token (ViTForImageClassification)
         auto = [transformers.AutoModelForImageClassification, *auto]
-    elif encoder_decoder:  # with its head (an encoder of audio: WhisperForConditionalGeneration), or bare (WhisperModel)
+    elif encoder_decoder:  # with its head (of audio: WhisperForConditionalGeneration), or bare (WhisperModel)
         auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForSpeechSeq2Seq,
                 transformers.AutoModelForCausalLM, *auto] if lm_head else auto
     elif lm_head:
