@@ -145,7 +145,8 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_hf_hybrid_presets", "QWEN3_5_35B_A3B_TEXT", "qwen3.5-35b-a3b"),
                ("test_hf_hybrid_presets", "GRANITE_4_0_H_SMALL", "granite4-h-small"),
                ("test_hf_hybrid_presets", "GRANITE_4_0_H_TINY", "granite4-h-tiny"),
-               ("test_quant", "GPT_OSS_120B", "gpt-oss-120b"))
+               ("test_quant", "GPT_OSS_120B", "gpt-oss-120b"),
+               ("test_whisper", "WHISPER_LARGE_V3", "whisper-large-v3"))
     if quick:
         return out
     for module, attr, preset in singles:
