@@ -147,7 +147,8 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_hf_hybrid_presets", "GRANITE_4_0_H_TINY", "granite4-h-tiny"),
                ("test_quant", "GPT_OSS_120B", "gpt-oss-120b"),
                ("test_hf_llama4", "SCOUT", "llama4-scout"),
-               ("test_hf_llama4", "MAVERICK", "llama4-maverick"))
+               ("test_hf_llama4", "MAVERICK", "llama4-maverick"),
+               ("test_whisper", "WHISPER_LARGE_V3", "whisper-large-v3"))
     if quick:
         return out
     for module, attr, preset in singles:

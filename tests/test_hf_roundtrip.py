@@ -167,7 +167,7 @@ REFUSED = {
     **{(t, "add_cross_attention"): "add_cross_attention" for t in ("gpt2", "gpt_bigcode", "bert", "roberta",
                                                                      "xlm-roberta")},
     ("albert", "inner_group_num"): "inner_group_num",
-    **{(t, f"{stack}_{size}"): f"{other}_{size}" for t in ("bart", "mbart", "marian")
+    **{(t, f"{stack}_{size}"): f"{other}_{size}" for t in ("bart", "mbart", "marian", "whisper")
        for size in ("attention_heads", "ffn_dim") for stack, other in (("encoder", "decoder"), ("decoder", "decoder"))},
     **{(t, "tie_word_embeddings"): "tie_word_embeddings" for t in ("bart", "mbart", "marian", "gptj", "phi")},
     ("marian", "decoder_vocab_size"): "decoder_vocab_size", ("marian", "vocab_size"): "decoder_vocab_size",

@@ -17,7 +17,7 @@ EXPECTED = {
     "transformer-base", "transformer-big", "t5-small", "t5-base", "t5-large", "bart-base", "bart-large",
     "albert-base-v2", "albert-xxlarge-v2", "gpt-oss-20b", "gpt-oss-120b",
     "deepseek-v3", "deepseek-v3.2", "deepseek-v2", "deepseek-v2-lite", "granite3-3b-a800m", "mbart-large-cc25",
-    "distilbert-base", "opus-mt-en-de", "vit-b16", "vit-l16",
+    "distilbert-base", "opus-mt-en-de", "vit-b16", "vit-l16", "whisper-large-v3",
     "bloom-176b", "bloom-7b1", "mpt-7b",
     "pythia-6.9b", "gpt-j-6b", "falcon-7b", "falcon-40b", "phi-2", "command-r", "command-r-plus", "smollm3-3b",
     "flan-t5-small", "flan-t5-base", "flan-t5-large", "flan-t5-xl", "flan-t5-xxl",

@@ -321,9 +321,15 @@ ImagesOpt = Annotated[Optional[int], typer.Option("--images", parser=_integer, m
     "step, each encoded once, their tokens among the language model's --seq-len (default 1)."))]
 
 
+AudioSecondsOpt = Annotated[Optional[str], typer.Option("--audio-seconds", metavar="S", rich_help_panel=_WORKLOAD,
+                                                       show_default=False, help=(
+    "A model of audio (Whisper): seconds of audio per sequence, 100 log-mel frames a second, an even number of "
+    "them (default: the model's window, 30 s = 3,000 frames). The encoder's tokens are half the frames."))]
+
+
 def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
-    """The plans (memory, infer, train, profile) take models of tokens for now: a model of images is refused by name;
-    a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU)."""
+    """The plans (memory, infer, train, profile) take models of tokens for now: a model of images or of audio is
+    refused by name; a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU)."""
     if spec.towers and not towers:
         if command == "memory":
             command = "memory (a train step)"
@@ -331,8 +337,9 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
                           f"model; {command} plans one tower for now: --tower text plans the language model (count, "
                           "check, inference memory and infer take the whole model)")
     if spec.inputs != "tokens":
-        raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of images (inputs='images'); {command} plans "
-                          "models of tokens for now (count and check take --image-size and --images)")
+        flags = "--image-size and --images" if spec.inputs == "images" else "--audio-seconds"
+        raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of {spec.inputs} (inputs='{spec.inputs}'); "
+                          f"{command} plans models of tokens for now (count and check take {flags})")
 
 
 _TRAINING = "Training (any of these plans a train step: memory per GPU)"
@@ -650,7 +657,8 @@ def _single_axis(axes: dict, n_models: int, what: str) -> str | None:
 def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
               hf_config: HfOpt = None, phase: PhaseOpt = None, context: SweepContextOpt = None,
               src_len: SweepSrcLenOpt = None, tgt_len: SweepTgtLenOpt = None, image_size: ImageSizeOpt = None,
-              images: ImagesOpt = None, quant: QuantOpt = None, plot: PlotOpt = None,
+              images: ImagesOpt = None, audio_seconds: AudioSecondsOpt = None, quant: QuantOpt = None,
+              plot: PlotOpt = None,
               lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Exact parameters and FLOPs of one model on one workload, by component; with lists or ranges (--seq-len
@@ -668,7 +676,7 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         model_spec, source = resolve(preset, spec, overrides, hf_config)
         q = _quant(quant, hf_config, None)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
-                                overrides.get("seq_len"), image_size, images)
+                                overrides.get("seq_len"), image_size, images, audio_seconds)
         result = count(model_spec, workload, adapters=tuned)
         stored = None
         if q is not None:
@@ -699,11 +707,11 @@ def count_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
     if tuned is not None:
         raise TfcalcError(f"--lora-rank={lora_rank}: adapters are counted for one model at one workload, not over a "
                           "sweep (give single values)")
-    given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
-             if value is not None]
+    given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images),
+                                                     ("audio-seconds", audio_seconds)) if value is not None]
     if given:
         raise TfcalcError(f"{given[0]}: not with a sweep (lists, ranges or several presets) yet; count one model at "
-                          "one image size")
+                          f"one {'audio length' if audio_seconds is not None else 'image size'}")
     axes = order(axes)
     path = _plot_start(plot)
     if path is not None:
@@ -800,7 +808,7 @@ TrainOpt = Annotated[bool, typer.Option("--train", help="Also count forward + ba
 def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, hf_config: HfOpt = None,
               phase: PhaseOpt = None, context: ContextOpt = None, src_len: SrcLenOpt = None,
               tgt_len: TgtLenOpt = None, image_size: ImageSizeOpt = None, images: ImagesOpt = None,
-              device: DeviceOpt = "meta", train: TrainOpt = False,
+              audio_seconds: AudioSecondsOpt = None, device: DeviceOpt = "meta", train: TrainOpt = False,
               memory: Annotated[bool, typer.Option("--memory", rich_help_panel=_TRAINING, help=(
                   "Hold the training-memory plan against torch's MemTracker on the reference model's train step "
                   "(on meta: FakeTensorMode, nothing allocated), and on cuda against max_memory_allocated."))]
@@ -856,9 +864,10 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     if memory and (train or (phase is not None and phase is not Phase.train) or context is not None):
         what = "--train" if train else ("--context" if context is not None else f"--phase {phase.value}")
         raise TfcalcError(f"{what}: --memory checks a train step (drop one)")
-    if memory and (image_size is not None or images is not None):
-        raise TfcalcError(f"--{'image-size' if image_size is not None else 'images'}: --memory checks models of "
-                          "tokens for now (drop one)")
+    if memory and (image_size is not None or images is not None or audio_seconds is not None):
+        flag = next(f for f, v in (("image-size", image_size), ("images", images), ("audio-seconds", audio_seconds))
+                    if v is not None)
+        raise TfcalcError(f"--{flag}: --memory checks models of tokens for now (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
                       recompute, fmt, as_json, tuned, attention, layout_flags)
@@ -884,7 +893,7 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     else:
         model_spec, _ = resolve(preset, spec, overrides, hf_config)
         workload = workload_for(model_spec, phase and phase.value, context, src_len, tgt_len,
-                                overrides.get("seq_len"), image_size, images)
+                                overrides.get("seq_len"), image_size, images, audio_seconds)
         with _progress(f"checking on {device}: FlopCounterMode, fvcore, the module tree ..."):
             report = check(model_spec, device=device, train=train, workload=workload)
         if hf_config is not None and not no_transformers and skipped is None:

@@ -155,6 +155,9 @@ def describe(spec: ModelSpec, workload: bool = True) -> str:
     if getattr(spec, "inputs", "tokens") == "images":  # ViT: its patches
         patches = spec.sizes("patch_embedding")
         parts.append(f"images {patches.height}x{patches.width}x{patches.channels} patch={patches.patch_size}")
+    if getattr(spec, "inputs", "tokens") == "audio":  # Whisper: its encoder's mel frames and positions
+        audio = spec.sizes("audio_conv")
+        parts.append(f"audio mel={audio.mel_bins} encoder positions={audio.positions}")
     if workload:
         parts += [f"N={spec.seq_len}", f"B={spec.batch_size}"]
     elif spec.positions == "learned" and spec.max_positions is not None:
@@ -219,18 +222,22 @@ def describe_workload(w, spec=None) -> str:
         H, W = w.image_size
         return (f"{w.phase}: {w.batch_size:,} image{'s' if w.batch_size != 1 else ''} of {H}x{W}, {w.seq_len:,} "
                 f"tokens each; {scored}")
+    if getattr(w, "mel_frames", None) is not None and w.phase != "decode":  # a model of audio: the encoder's input
+        src = f", {w.mel_frames / 100:g} s of audio ({w.mel_frames:,} mel frames, {w.src_len:,} encoder tokens)"
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 
 def summary_table(result: CountResult) -> Table:
     p, f, m = result.params, result.flops, result.macs
+    audio = getattr(result.spec, "inputs", "tokens") == "audio"  # the input with no gradient: mel frames or images
+    inputs, first = ("audio", "first convolution") if audio else ("images", "patch embedding")
     rows = [
         ["parameters", "total", exact(p.total), human(p.total)],
         ["", "active (per token)", exact(p.active), human(p.active)],
         ["", "embedding", exact(p.embedding), human(p.embedding)],
         ["", "non-embedding", exact(p.non_embedding), human(p.non_embedding)],
         ["FLOPs", "forward", exact(f.forward), sci(f.forward)],
-        ["", "backward (2x)" if not f.input_leaf else "backward (2x; images: none)", exact(f.backward),
+        ["", "backward (2x)" if not f.input_leaf else f"backward (2x; {inputs}: none)", exact(f.backward),
          sci(f.backward)],
         ["", "train step (3x)" if not f.input_leaf else "train step (fwd + bwd)", exact(f.train_step),
          sci(f.train_step)],
@@ -251,8 +258,8 @@ def summary_table(result: CountResult) -> Table:
                f"over {w.batch_size} x {w.seq_len} new tokens, attention over every (query, key) pair "
                f"({w.seq_len:,} x {w.keys:,} per head); the causal figure counts the pairs the mask keeps.")
     if f.input_leaf and w.phase == "train":
-        caption += (f" Backward: 2 x forward less the patch embedding's input gradient ({f.input_leaf:,} FLOPs): the "
-                    "images need none.")
+        caption += (f" Backward: 2 x forward less the {first}'s input gradient ({f.input_leaf:,} FLOPs): the "
+                    f"{'mel frames' if audio else 'images'} need none.")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
                  label_columns=2)
 

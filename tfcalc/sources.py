@@ -142,7 +142,8 @@ def model_arg(name: str) -> tuple[str | None, Path | None, Path | None]:
 
 def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None = None,
                  src_len: int | None = None, tgt_len: int | None = None, seq_len: int | None = None,
-                 image_size: str | None = None, images: int | None = None) -> Workload:
+                 image_size: str | None = None, images: int | None = None,
+                 audio_seconds: str | None = None) -> Workload:
     """The workload the user asked for, on top of the spec's own (batch_size sequences of seq_len tokens).
 
     `seq_len`: the --seq-len the user typed (already the spec's); `tgt_len` is the same for a decoder. In
@@ -150,8 +151,12 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
     the last token of a seq_len-long sequence).
 
     `image_size` ("H" or "HxW" pixels, as typed) and `images`: a model of images' workload (--image-size, --images),
-    default one image at the model's size: its tokens are the image's patches and the class token."""
+    default one image at the model's size: its tokens are the image's patches and the class token.
+
+    `audio_seconds` (as typed): a model of audio's (--audio-seconds), default its window (Whisper's 30 s): 100 mel
+    frames a second, an even number of them, half of them the encoder's tokens (src_len)."""
     image = _images(spec, image_size, images, phase or "train")
+    frames = _mel_frames(spec, audio_seconds, src_len)
     if tgt_len is not None and seq_len is not None and tgt_len != seq_len:
         raise TfcalcError(f"tgt_len={tgt_len} and seq_len={seq_len}: the decoder's tokens are given twice; give one")
     base = default_workload(spec)
@@ -170,6 +175,8 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
         fields["batch_size"], fields["image_size"], fields["seq_len"] = image
     if spec.towers:
         fields.update(_tower_images(spec, image_size, images))
+    if frames is not None:
+        fields["mel_frames"], fields["src_len"] = frames, frames // 2
     return Workload.model_validate(fields)
 
 
@@ -194,6 +201,41 @@ def _tower_images(spec: ModelSpec, image_size: str | None, images: int | None) -
                               f"{-(-H // p) * p}x{-(-W // p) * p} would)")
         out["image_size"] = (H, W)
     return out
+
+
+def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None) -> int | None:
+    """A model of audio's mel frames: `audio_seconds` (--audio-seconds, as typed) x 100, an even number whose half
+    fits the encoder's positions; default the model's window. None for a model of tokens or images (which refuse the
+    flag); --src-len is refused for a model of audio (its encoder's tokens are the audio's)."""
+    from decimal import Decimal, InvalidOperation
+
+    if spec.inputs != "audio":
+        if audio_seconds is not None:
+            raise TfcalcError(f"--audio-seconds {audio_seconds}: {spec.label} reads {spec.inputs}, not audio "
+                              "(--audio-seconds is for a model of audio: Whisper)")
+        return None
+    sizes = spec.sizes("audio_conv")
+    if src_len is not None:
+        raise TfcalcError(f"--src-len {src_len}: {spec.label}'s encoder reads audio, its tokens half the mel frames "
+                          "(give --audio-seconds)")
+    if audio_seconds is None:
+        return sizes.window
+    try:
+        seconds = Decimal(audio_seconds.strip().replace("_", ""))
+    except InvalidOperation:
+        seconds = None
+    if seconds is None or not seconds.is_finite() or seconds <= 0:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
+    frames = seconds * 100  # Whisper's feature extractor: a frame every 10 ms (hop 160 at 16 kHz)
+    if frames != frames.to_integral_value() or frames % 2:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: {frames.normalize():f} mel frames (100 a second); "
+                          "conv2's stride 2 takes an even number of whole frames (hundredths of a second: 10.5, "
+                          "10.52)")
+    if frames // 2 > sizes.positions:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: {int(frames):,} mel frames are {int(frames) // 2:,} "
+                          f"encoder tokens, more than {spec.label}'s {sizes.positions:,} positions (at most "
+                          f"{sizes.window / 100:g} s)")
+    return int(frames)
 
 
 def parse_image_size(text: str) -> tuple[int, int]:
@@ -222,8 +264,8 @@ def _images(spec: ModelSpec, image_size: str | None, images: int | None,
         given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
                  if value is not None]
         if given:
-            raise TfcalcError(f"{given[0]}: {spec.label} reads tokens, not images (--image-size and --images are "
-                              "for a model of images: ViT)")
+            raise TfcalcError(f"{given[0]}: {spec.label} reads {spec.inputs}, not images (--image-size and --images "
+                              "are for a model of images: ViT)")
         return None
     if phase != "train":
         raise TfcalcError(f"--phase {phase}: {spec.label} is a bidirectional encoder of images; it has no KV cache to "

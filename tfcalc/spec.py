@@ -82,8 +82,9 @@ class ModelSpec(BaseModel):
         None, description="Key/value heads; default n_heads (MHA). Must divide n_heads (GQA, MQA)."
     )
     d_ff: Size | None = Field(None, description="MLP hidden width; default 4 * d_model.")
-    vocab_size: Size | None = Field(None, description="Vocabulary size (V). Required of a model of tokens; a model "
-                                                      "of images (inputs='images') has none.")
+    vocab_size: Size | None = Field(None, description="Vocabulary size (V). Required of a model of tokens (and of "
+                                                      "audio: its decoder's); a model of images (inputs='images') "
+                                                      "has none.")
     seq_len: Size = Field(description="Tokens per sequence (N).")
     batch_size: Size = Field(1, description="Sequences per step (B).")
 
@@ -133,6 +134,8 @@ class ModelSpec(BaseModel):
                            "batch_size rows. Only with final_norm and without an LM head.")
     bias: bool = Field(True, description="Biases on the attention output (and, by default, q/k/v and MLP) linears.")
     qkv_bias: bool | None = Field(None, description="Biases on q, k, v; default: same as bias (Qwen2: true).")
+    k_bias: bool = Field(True, description="With biases on q, k, v: one on the key projection too (self- and "
+                                           "cross-attention); false: q and v only (Whisper's k_proj has none).")
     mlp_bias: bool | None = Field(None, description="Biases on the MLP and expert linears; default: same as bias.")
     tie_embeddings: bool = Field(True, description="LM head shares the token embedding matrix.")
     lm_head: bool = Field(True, description="A vocabulary projection at the end (false for a bare encoder).")
@@ -256,12 +259,14 @@ class ModelSpec(BaseModel):
                           "ViTForImageClassification): [d_model, n_classes] with a bias. None: none. Only without an "
                           "LM head.")
 
-    # images (ViT): the stack reads patches of images, not tokens
-    inputs: Literal["tokens", "images"] = Field(
-        "tokens", description="What the model reads: tokens (a token table) or images (a patch embedding: each "
+    # images (ViT): the stack reads patches of images, not tokens; audio (Whisper): the encoder reads mel frames
+    inputs: Literal["tokens", "images", "audio"] = Field(
+        "tokens", description="What the model reads: tokens (a token table), images (a patch embedding: each "
                               "image cut into patch_size x patch_size patches, each patch projected to d_model, a "
                               "class token before them and a learned position table added; sizes under "
-                              "kinds.patch_embedding). A model of images has no vocabulary and no LM head.")
+                              "kinds.patch_embedding; no vocabulary, no LM head) or audio (an encoder-decoder whose "
+                              "encoder reads a log-mel spectrogram through two convolutions and a position table, "
+                              "Whisper's; sizes under kinds.audio_conv; its decoder reads tokens).")
     causal: bool = Field(True, description="Causal (decoder) attention; false for a bidirectional encoder.")
 
     # mixture of experts
@@ -346,9 +351,10 @@ class ModelSpec(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _vocabulary(cls, data: Any, handler):
-        """vocab_size is required of a model of tokens (inputs='tokens', the default): named with the other missing
-        fields, in the fields' order, as pydantic names a required field."""
-        if not (isinstance(data, dict) and data.get("inputs", "tokens") == "tokens" and data.get("vocab_size") is None):
+        """vocab_size is required of a model of tokens (inputs='tokens', the default) and of audio (its decoder's):
+        named with the other missing fields, in the fields' order, as pydantic names a required field."""
+        if not (isinstance(data, dict) and data.get("inputs", "tokens") in ("tokens", "audio")
+                and data.get("vocab_size") is None):
             return handler(data)
         from pydantic import ValidationError
 
@@ -518,9 +524,15 @@ class ModelSpec(BaseModel):
             problems.append("pooled_final_norm=True needs final_norm=True")
         if self.projection_bias and self.d_projection is None:
             problems.append("projection_bias=True needs d_projection")
-        if self.inputs == "tokens" and "patch_embedding" in self.kinds:
-            problems.append("kinds.patch_embedding: only for a model of images (inputs='images')")
         self._check_towers(problems)
+        if not self.k_bias and self.is_mla:
+            problems.append(f"k_bias=False is not modelled with multi-head latent attention (kv_lora_rank="
+                            f"{self.kv_lora_rank})")
+        for kind, inputs in (("patch_embedding", "images"), ("audio_conv", "audio")):
+            if self.inputs != inputs and kind in self.kinds:
+                problems.append(f"kinds.{kind}: only for a model of {inputs} (inputs='{inputs}')")
+        if self.inputs == "audio":
+            self._check_audio(problems)
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
         return self
@@ -608,6 +620,21 @@ class ModelSpec(BaseModel):
                            ("d_per_layer_input", self.d_per_layer_input is not None)):
             if bad:
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
+
+    def _check_audio(self, problems: list[str]) -> None:
+        """A model of audio (inputs='audio', Whisper): an encoder-decoder whose encoder reads mel frames through the
+        `audio_conv` kind (its own position table, kinds.audio_conv.positions rows) and whose decoder reads tokens
+        from its own table (no table shared with an encoder that reads none) with learned positions (max_positions:
+        the decoder's table)."""
+        where = "inputs='audio' (the encoder reads mel frames: kinds.audio_conv)"
+        for field, bad in (("n_encoder_layers", not self.n_encoder_layers),
+                           ("shared_embeddings", self.shared_embeddings),
+                           ("positions", self.positions != "learned"), ("n_token_types", self.n_token_types),
+                           ("embedding_norm", self.embedding_norm), ("d_embedding", self.d_embedding is not None),
+                           ("block_pattern", self.block_pattern is not None)):
+            if bad:
+                problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}: an encoder-decoder "
+                                "(n_encoder_layers > 0), shared_embeddings=False, positions='learned'")
 
     def _check_mla(self, problems: list[str]) -> None:
         """Multi-head latent attention: its fields together, d_head = qk_nope_dim + qk_rope_dim (the query/key head),
@@ -719,7 +746,7 @@ class ModelSpec(BaseModel):
                 problems.append(f"kinds.{name}: not a block kind with sizes of its own (those are: "
                                 f"{', '.join(with_sizes) or 'none'})")
             elif name not in used:
-                if name not in self._frame_kinds() and name == "patch_embedding":
+                if name not in self._frame_kinds() and name in ("patch_embedding", "audio_conv"):
                     continue  # named in _derive_and_check: a model of tokens
                 problems.append(f"kinds.{name}={given!r}: no block of the block_pattern is {name!r}")
             else:
@@ -757,13 +784,20 @@ class ModelSpec(BaseModel):
             name, *(KINDS[name].parts if name in KINDS else ()))))
 
     def _frame_kinds(self) -> set[str]:
-        """The frame's kinds with sizes of their own the spec uses: the patch embedding of a model of images."""
-        return {"patch_embedding"} if self.inputs == "images" else set()
+        """The frame's kinds with sizes of their own the spec uses: the patch embedding of a model of images, the
+        audio front end of a model of audio."""
+        return {"images": {"patch_embedding"}, "audio": {"audio_conv"}}.get(self.inputs, set())
 
     @property
     def input_kind(self) -> str:
-        """The block kind of each stack's input: `embedding` (tokens) or `patch_embedding` (images)."""
-        return "patch_embedding" if self.inputs == "images" else "embedding"
+        """The block kind of the model's input: `embedding` (tokens), `patch_embedding` (images) or `audio_conv`
+        (audio, read by the encoder)."""
+        return {"images": "patch_embedding", "audio": "audio_conv"}.get(self.inputs, "embedding")
+
+    def stack_input(self, stack: str) -> str:
+        """The block kind of stack `stack`'s input ("" for the one stack, "encoder" or "decoder"): the model's
+        input kind, but a model of audio's decoder reads tokens (`embedding`)."""
+        return "embedding" if stack == "decoder" else self.input_kind
 
     def sizes(self, kind: str):
         """The sizes of block kind `kind` (its own pydantic model), as given under kinds.<kind>, with its defaults."""

@@ -105,13 +105,16 @@ def _family(op: Op) -> str:
 
 def default_workload(spec: ModelSpec) -> Workload:
     """The spec's own workload: a train step of batch_size sequences of seq_len tokens."""
-    image = None
+    image = frames = None
+    src_len = spec.seq_len if spec.is_encoder_decoder else None
     if spec.inputs == "images":  # one image at the model's size
         sizes = spec.sizes("patch_embedding")
         image = (sizes.height, sizes.width)
-    return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len,
-                    src_len=spec.seq_len if spec.is_encoder_decoder else None, image_size=image,
-                    images=1 if "vision" in spec.towers else None)  # one image at the vision tower's size
+    if spec.inputs == "audio":  # the model's window of mel frames, its encoder's positions
+        frames = spec.sizes("audio_conv").window
+        src_len = frames // 2
+    return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
+                    mel_frames=frames, images=1 if "vision" in spec.towers else None)  # one image at the tower's size
 
 
 def validate(spec: ModelSpec, workload: Workload) -> None:
@@ -129,6 +132,8 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
         problems.append(f"images={workload.images}: only a model with a vision tower takes images beside its tokens"
                         + (" (a model of images alone runs batch_size images)" if spec.inputs == "images" else
                            f" ({spec.label} has none)"))
+    if spec.inputs == "audio" or workload.mel_frames is not None:
+        problems += _audio_problems(spec, workload)
     if not spec.towers and (spec.inputs == "images" or workload.image_size is not None):
         problems += _image_problems(spec, workload)
     elif spec.positions == "learned":
@@ -136,11 +141,31 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
             what = f"context + seq_len = {workload.keys}" if workload.context else f"seq_len={workload.seq_len}"
             problems.append(f"{what} exceeds max_positions={spec.max_positions} (learned positions have no row "
                             "for the extra tokens)")
-        if spec.is_encoder_decoder and workload.src_len and workload.src_len > spec.max_positions:
+        if spec.is_encoder_decoder and workload.src_len and workload.src_len > spec.max_positions \
+                and spec.inputs != "audio":  # (a model of audio: the encoder's own table, _audio_problems)
             problems.append(f"src_len={workload.src_len} exceeds max_positions={spec.max_positions} (learned "
                             "positions have no row for the extra tokens)")
     if problems:
         raise TfcalcError("\n".join(problems))
+
+
+def _audio_problems(spec: ModelSpec, workload: Workload) -> list[str]:
+    """A model of audio runs on mel frames (an even number, half of them the encoder's tokens, src_len, at most its
+    position table's rows); a model of tokens or images on none."""
+    if spec.inputs != "audio":
+        return [f"mel_frames={workload.mel_frames}: {spec.label} reads {spec.inputs}, not audio (inputs='audio')"]
+    sizes = spec.sizes("audio_conv")
+    frames = sizes.window if workload.mel_frames is None else workload.mel_frames
+    if frames % 2:
+        return [f"mel_frames={frames}: an odd number of mel frames (conv2's stride 2 takes two frames per encoder "
+                "token)"]
+    if frames // 2 > sizes.positions:
+        return [f"mel_frames={frames}: {frames // 2} encoder tokens exceed {spec.label}'s {sizes.positions} positions "
+                f"(kinds.audio_conv.positions: at most {sizes.window} frames, {sizes.window / 100:g} s)"]
+    if workload.src_len is not None and workload.src_len != frames // 2:
+        return [f"src_len={workload.src_len}: {frames} mel frames are {frames // 2} encoder tokens for {spec.label} "
+                "(conv2's stride 2)"]
+    return []
 
 
 def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
@@ -194,7 +219,11 @@ def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
     workload = workload or default_workload(spec)
     if spec.towers:
         return _multimodal(spec, workload)
-    if spec.is_encoder_decoder and workload.src_len is None:
+    if spec.inputs == "audio" and None in (workload.src_len, workload.mel_frames):
+        # the mel frames and the encoder's tokens, half of them, each from the other (default: the model's window)
+        frames = workload.mel_frames or 2 * (workload.src_len or spec.sizes("audio_conv").positions)
+        workload = workload.model_copy(update={"src_len": workload.src_len or frames // 2, "mel_frames": frames})
+    elif spec.is_encoder_decoder and workload.src_len is None:
         workload = workload.model_copy(update={"src_len": workload.seq_len})
     (groups,) = stages(spec, workload, 1)
     return Inventory(spec, workload, tuple(g for g in groups if g.ops))
@@ -248,8 +277,8 @@ def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
     for stack in all_stacks:
         ctx = Ctx(spec, workload, stack)
         where = f"{stack.name} " if stack.name else ""
-        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(run(spec.input_kind, ctx)), kind="embedding",
-                                        stack=stack))
+        inputs = run(spec.stack_input(stack.name), ctx)  # tokens, or a kind's own input (images, mel frames)
+        out[stage(offset)].append(Group(f"{where}embedding", 1, tuple(inputs), kind="embedding", stack=stack))
         for s in range(pp):
             lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, stack.n_layers)
             # shared_blocks: one kind of block (the spec checks it)

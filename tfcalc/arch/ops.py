@@ -17,8 +17,10 @@ A kind may bring a record type of its own, in its package (the hybrids' `Conv`, 
 with the kind, when a spec names it.
 
 A record's `role` says what it is for, so that no consumer tests a component's name: a matmul's is "" (a plain
-projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate) or "encoder_kv" (the
-keys and values of cross-attention, read off the encoder's output); an attention core's "core"; a norm's "norm";
+projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate), "encoder_kv" (the
+keys and values of cross-attention, read off the encoder's output), "patch" or "features" (a patch embedding's or
+an audio front end's first convolution: it reads the model's input, which needs no gradient) or "conv" (the audio
+front end's second convolution); an attention core's "core"; a norm's "norm";
 a table's is its kind; an elementwise op's its kind. `sublayer` is the block kind that made it ("attention", "mlp",
 "moe", "embedding", "head", ...), set when the inventory composes a block.
 """
@@ -255,7 +257,9 @@ class Matmul(Record):
     `shares_input`: x is an input an earlier op already keeps (a gate beside its up projection, a parallel block's
     MLP beside attention on one normalised x): kept once.
     `linears`: the implementation's linear modules behind it (q, k and v of a fused projection), which are also the
-    separate tensors a checkpoint stores (`parts`)."""
+    separate tensors a checkpoint stores (`parts`).
+    `unbiased`: outputs of a biased record that have no bias (Whisper's k_proj inside a fused q/k/v: its bias is
+    [n - unbiased])."""
 
     component: str
     m: int
@@ -272,6 +276,12 @@ class Matmul(Record):
     # matrix; (): none of its own, its matrix is part of another record's module) and its adapter, if any
     linears: tuple[Linear, ...] | None = field(default=None, repr=False)
     lora: Lora | None = field(default=None, repr=False)
+    unbiased: int = 0
+
+    @property
+    def biases(self) -> int:
+        """Elements of one bias: n, less the outputs without one (0 without a bias)."""
+        return self.n - self.unbiased if self.bias else 0
 
     @property
     def parts(self) -> tuple[int, ...]:
@@ -282,7 +292,7 @@ class Matmul(Record):
     @property
     def params_each(self) -> int:
         """One weight matrix and its bias: nn.Linear(k, n) has weight [n, k] and bias [n]."""
-        return self.k * self.n + (self.n if self.bias else 0)
+        return self.k * self.n + self.biases
 
     @property
     def expert(self) -> bool:
@@ -321,7 +331,7 @@ class Matmul(Record):
         return {}
 
     def non_matmul(self) -> dict[str, int]:
-        return {"bias": self.m * self.n} if self.bias and self.weights else {}
+        return {"bias": self.m * self.biases} if self.bias and self.weights else {}
 
     def names(self) -> list[str]:
         return [self.component]
@@ -373,7 +383,7 @@ class Matmul(Record):
         # a tied head owns no matrix (the token table is counted), unless a later pipeline stage keeps a copy
         matrices = _ceil(self.weights, ep) if self.expert else self.weights or int(copy_tied)
         k, n = self._shape_on(tp)
-        bias = n if self.split == "column" else self.n
+        bias = _ceil(self.biases, tp) if self.split == "column" else self.biases
         return ([k * n] + ([bias] if self.bias else [])) * matrices
 
     def gemm(self) -> tuple[int, int, int] | None:

@@ -9,6 +9,8 @@ encoder-decoder, `src_len` encoder tokens. The phase says what runs:
   encoder-decoder's encoder output (and its cross-attention keys and values) is cached from the prefill.
 A model of images (ViT) runs `batch_size` images of `image_size` (H, W) pixels, each `seq_len` tokens: its patches and
 the class token (train only: a bidirectional encoder has no cache).
+A model of audio (Whisper) runs `batch_size` spectrograms of `mel_frames` log-mel frames (100 a second; 3,000 for
+Whisper's 30-second window), its encoder over mel_frames / 2 tokens (`src_len`), its decoder over `seq_len` tokens.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Workload(BaseModel):
     images: Size | None = Field(None, description="A model with a vision tower: images in the step, each encoded "
                                                    "once by the tower (None: one). A model of images alone (ViT) "
                                                    "runs batch_size images.")
+    mel_frames: Size | None = Field(
+        None, description="A model of audio (Whisper): log-mel frames per sequence (100 a second), an even number; "
+                          "the encoder's src_len is half of them. None: not set (a model of audio: its own window).")
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
@@ -62,9 +67,9 @@ class Workload(BaseModel):
         return self
 
     def model_dump(self, **kwargs) -> dict:
-        """image_size only for a workload of images, as [H, W] (as JSON writes it, and CSV as every other list): a
-        workload of tokens dumps as it always has. (A method, not a pydantic serializer: that module's import is
-        a millisecond of every command's start.)"""
+        """image_size only for a workload of images, as [H, W] (as JSON writes it, and CSV as every other list),
+        mel_frames only for a workload of audio: a workload of tokens dumps as it always has. (A method, not a
+        pydantic serializer: that module's import is a millisecond of every command's start.)"""
         data = super().model_dump(**kwargs)
         if data.get("image_size") is None:
             data.pop("image_size", None)
@@ -72,6 +77,8 @@ class Workload(BaseModel):
             data["image_size"] = list(data["image_size"])
         if data.get("images") is None:
             data.pop("images", None)
+        if data.get("mel_frames", 0) is None:  # only for a workload of audio
+            data.pop("mel_frames")
         return data
 
     @property
@@ -102,6 +109,8 @@ class Workload(BaseModel):
             return (f"{self.phase}: {self.batch_size} image{'s' if self.batch_size != 1 else ''} of {H}x{W}, "
                     f"N={self.seq_len} tokens")
         parts = [f"{self.phase}: B={self.batch_size}"]
+        if self.mel_frames is not None:
+            parts.append(f"audio={self.mel_frames / 100:g}s ({self.mel_frames} mel frames)")
         if self.src_len is not None:
             parts.append(f"src_len={self.src_len}")
         parts.append(f"N={self.seq_len} new token{'s' if self.seq_len != 1 else ''}")

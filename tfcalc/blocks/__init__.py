@@ -14,6 +14,8 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
   `embedding`, registered lazily.
 - `attention_pool` (SigLIP's attention-pooling head: a probe attending to the stack's tokens, a norm, an MLP): in
   the model's head, after the final norm, registered lazily.
+- `audio_conv` (Whisper's two convolutions over mel frames and its frozen position table): a model of audio's encoder
+  input in place of `embedding` (`ModelSpec.stack_input`), registered lazily.
 """
 
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
@@ -24,5 +26,6 @@ from ..arch.builders import register_lazily
 
 # the sequence mixers of hybrid models and the input of a model of images: each module registers its kind when a
 # spec first names it
-for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "attention_pool"):
+for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "attention_pool",
+              "audio_conv"):
     register_lazily(_name, f"{__name__}.{_name}")

@@ -257,8 +257,9 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
         windowed = folds.masked_attention(inv, windows=True)
         forward_windowed = fwd.total - sum(fwd[k] - windowed[k] for k in windowed)
     result_params = ParamCounts(p, active, embedding)
-    # a patch embedding reads the images, which need no gradient: its backward is the weight gradient alone
-    leaf = sum(n * sum(op.forward().values()) for op, n in inv if op.role == "patch")
+    # a patch embedding reads the images, an audio front end's first convolution the mel frames ("features"): the
+    # inputs need no gradient, so their backward is the weight gradient alone
+    leaf = sum(n * sum(op.forward().values()) for op, n in inv if op.role in ("patch", "features"))
     result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed, leaf)
     published = estimates.published(
         spec, inv.workload,

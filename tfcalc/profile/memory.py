@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from ..arch import Workload, build
+from ..arch import build, default_workload
 from ..counts import count
 from ..plan.training import training_memory
 from ..spec import ModelSpec
@@ -30,8 +30,7 @@ def estimate_bytes(spec: ModelSpec, dtype_bytes: int, mode: str, scores: bool = 
     forward step (inference mode) keeps nothing for backward: the weights and the few activations alive at once,
     estimated here."""
     if mode == "train":
-        workload = Workload(batch_size=spec.batch_size, seq_len=spec.seq_len,
-                            src_len=spec.seq_len if spec.is_encoder_decoder else None)
+        workload = default_workload(spec)  # (a model of audio: its window of mel frames)
         plan = training_memory(spec, workload, "fp32" if dtype_bytes == 4 else "bf16", "sgd",
                                "none" if scores else "selective")
         stage = plan.stage  # no optimizer step: its states are left out

@@ -296,3 +296,24 @@ def cached(new: torch.Tensor, context: int) -> torch.Tensor:
     B, H, _, d = new.shape
     return torch.cat([new.new_zeros(B, H, context, d), new], dim=2)
 
+
+
+class PartlyBiasedLinear(nn.Linear):
+    """nn.Linear whose outputs [start, start + width) have no bias (Whisper's k_proj inside a fused q/k/v or k/v):
+    its bias holds the other outputs' [out - width]. The matmul is the same (addmm over the bias, zeros in between)."""
+
+    def __init__(self, d_in: int, d_out: int, start: int, width: int):
+        super().__init__(d_in, d_out, bias=False)
+        self.start, self.width = start, width
+        self.bias = nn.Parameter(torch.zeros(d_out - width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.bias
+        return F.linear(x, self.weight, torch.cat([b[:self.start], b.new_zeros(self.width), b[self.start:]]))
+
+
+def linear(d_in: int, d_out: int, bias: bool, unbiased: tuple[int, int] | None = None) -> nn.Linear:
+    """nn.Linear(d_in, d_out, bias), or with `unbiased` (start, width) outputs left without a bias."""
+    if bias and unbiased is not None and unbiased[1]:
+        return PartlyBiasedLinear(d_in, d_out, *unbiased)
+    return nn.Linear(d_in, d_out, bias=bias)

@@ -205,8 +205,9 @@ class StackModule(nn.Module):
     def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool,
                  recompute: str = "none"):
         super().__init__()
-        self.embedding = (Embedding(spec, own_token_table, stack.n_layers) if spec.inputs == "tokens" else
-                          reference(spec.input_kind).PatchEmbedding(spec))
+        kind = spec.stack_input(stack.name)  # tokens (`embedding`), or a kind's own module (images, audio)
+        self.embedding = (Embedding(spec, own_token_table, stack.n_layers) if kind == "embedding" else
+                          reference(kind).input_module(spec))
         self.relative_bias = RelativeBias(spec) if spec.positions == "relative" else None
         self.alibi_heads = spec.n_heads if spec.positions == "alibi" else 0
         L, shared = stack.n_layers, spec.shared_blocks
@@ -230,7 +231,7 @@ class StackModule(nn.Module):
                 src_len: int = 0, keep: int = 0) -> torch.Tensor:
         """keep > 0 (a prefill with KV sharing): from the first block that shares keys and values on, only the last
         `keep` positions (the scored ones) go on, as transformers' generate runs them."""
-        x = self.embedding(tokens, token_types, context, table)  # tokens [B, N] (or images [B, C, H, W])
+        x = self.embedding(tokens, token_types, context, table)  # tokens [B, N] (images [B, C, H, W], mel [B, C, F])
         # the sequence's length: the tokens' (x may hold a sequence-parallel shard of it), or the patches'
         N = tokens.shape[1] if tokens.dim() == 2 else x.shape[1]
         per_layer = None if self.embedding.per_layer is None else self.embedding.per_layer_inputs(tokens, x)
@@ -288,6 +289,7 @@ class Transformer(nn.Module):
             shared = spec.shared_embeddings
             self.embedding = nn.Module()
             self.embedding.token = nn.Embedding(spec.vocab_size, spec.d_model) if shared else None
+            # (a model of audio: the encoder reads mel frames, no tokens; the decoder has its own table)
             self.encoder = StackModule(spec, all_stacks[0], explicit_attention, not shared, recompute)
             self.decoder = StackModule(spec, all_stacks[1], explicit_attention, not shared, recompute)
             token_table = self.embedding.token if shared else self.decoder.embedding.token
@@ -351,11 +353,15 @@ def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: tor
 def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
                    workload: Workload | None = None) -> tuple[torch.Tensor, ...]:
     """Token ids for `workload` (default: the spec's own) on `device`: [B, N] and token types when the spec
-    has them (a model of images: images [B, C, H, W]); for an encoder-decoder the source [B, S] first (left out in decode, when the encoder is cached)."""
+    has them (a model of images: images [B, C, H, W]); for an encoder-decoder the source [B, S] first (a model of audio:
+    mel frames [B, C, F]; left out in decode, when the encoder is cached)."""
     w = workload or default_workload(spec)
     generator = None if str(device) == "meta" else torch.Generator(device=device).manual_seed(0)
     if spec.inputs == "images":  # [B, C, H, W]
         return (reference(spec.input_kind).example_images(spec, w.batch_size, w.image_size, device, generator),)
+    if spec.inputs == "audio" and w.phase != "decode":  # mel frames [B, C, F], then the decoder's tokens
+        mel = reference(spec.input_kind).example_mel(spec, w.batch_size, w.mel_frames, device, generator)
+        return mel, torch.randint(spec.vocab_size, (w.batch_size, w.seq_len), device=device, generator=generator)
 
     def ids(n: int, high: int) -> torch.Tensor:
         return torch.randint(high, (w.batch_size, n), device=device, generator=generator)

@@ -260,8 +260,9 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         auto = [transformers.AutoModelForImageTextToText, transformers.AutoModelForCausalLM, *auto]
     elif classifier:  # a classifier on the first token (ViTForImageClassification)
         auto = [transformers.AutoModelForImageClassification, *auto]
-    elif encoder_decoder:
-        auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
+    elif encoder_decoder:  # with its head (of audio: WhisperForConditionalGeneration), or bare (WhisperModel)
+        auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForSpeechSeq2Seq,
+                transformers.AutoModelForCausalLM, *auto] if lm_head else auto
     elif lm_head:
         auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, *auto]
     for factory in auto:
@@ -361,11 +362,12 @@ def _route_experts_round_robin(model) -> int:
 
 
 def trace(model, workload: Workload, encoder_decoder: bool,
-          images: tuple[int, tuple[int, int], bool, int] | None = None, inputs: dict | None = None
-          ) -> tuple[int, dict[str, int], int]:
+          images: tuple[int, tuple[int, int], bool, int] | None = None, mel_bins: int | None = None,
+          inputs: dict | None = None) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
     (channels, (height, width), whether that is not the config's image size, the patch's side) of a model of images'
-    input; `inputs`: the forward's inputs, given whole (a multimodal model's)."""
+    input; `mel_bins`: a model of audio's, its encoder reading [B, mel_bins, workload.mel_frames]; `inputs`: the
+    forward's inputs, given whole (a multimodal model's)."""
     import inspect
 
     import torch
@@ -388,6 +390,10 @@ def trace(model, workload: Workload, encoder_decoder: bool,
     if encoder_decoder:
         src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
         inputs = {"input_ids": src, "decoder_input_ids": ids}
+    if mel_bins is not None:  # Whisper: the mel frames [B, mel_bins, F], then the decoder's tokens
+        mel = torch.empty(workload.batch_size, mel_bins, workload.mel_frames, device="meta",
+                          dtype=next(model.parameters()).dtype)  # in the model's dtype (a config's torch_dtype)
+        inputs = {"input_features": mel, "decoder_input_ids": ids}
     if "use_cache" in inspect.signature(model.forward).parameters:
         # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
         # sequences, which reads data (.item() on meta)
@@ -530,8 +536,18 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
-    images = None
-    if spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
+    images = mel_bins = None
+    if spec.inputs == "audio":  # transformers runs exactly the window of mel frames (its feature extractor pads to it)
+        sizes = spec.sizes("audio_conv")
+        mel_bins = sizes.mel_bins
+        if workload.mel_frames not in (None, sizes.window):
+            notes.append(f"transformers runs a whole window of {sizes.window:,} mel frames (its feature extractor pads "
+                         f"the audio to it; WhisperEncoder refuses another length): compared there, not at the "
+                         f"workload's {workload.mel_frames:,}")
+        work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
+                        mel_frames=sizes.window)
+        spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
+    elif spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
         images = sizes.channels, image, image != (sizes.height, sizes.width), sizes.patch_size
@@ -551,7 +567,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images)
+    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins)
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name

@@ -55,7 +55,8 @@ def mixer(ctx: Ctx) -> list[Op]:
         # x: [T, D] @ W_qkv: [D, H*dh + 2*Hkv*dh] (+ Hkv*dh when the values are the keys; none when shared;
         # + H*dh for the output gate)
         Matmul(ctx.name("attention/qkv"), t, D, H * dh + gate + kv_width, bias=spec.has_qkv_bias, split="column",
-               linears=_qkv_linears(H * dh + gate, 0 if shared else kv * dh, k_eq_v)),
+               linears=_qkv_linears(H * dh + gate, 0 if shared else kv * dh, k_eq_v),
+               unbiased=0 if spec.k_bias or shared else kv * dh),  # k_bias False: k without a bias (Whisper)
         *_qk_norms(ctx),
         *_sinks(ctx),
         replace(core, cached=False, shares_kv=True) if shared else core,

@@ -11,6 +11,7 @@ from ...reference.layers import (
     PerHeadNorm,
     Sinks,
     cached,
+    linear,
     make_norm,
     rotary,
     run_core,
@@ -34,7 +35,9 @@ class Attention(nn.Module):
         # a global block whose values are its keys (Gemma 4) has no value projection; Qwen3-Next's output gate
         # doubles the query projection
         self.gate = H * dh if spec.attention_gate else 0
-        self.qkv = nn.Linear(spec.d_model, H * dh + self.gate + kv_width, bias=spec.has_qkv_bias)
+        # k without a bias where k_bias is false (Whisper's k_proj)
+        no_k_bias = (H * dh + self.gate, 0 if spec.k_bias or self.kv_shared else Hkv * dh)
+        self.qkv = linear(spec.d_model, H * dh + self.gate + kv_width, spec.has_qkv_bias, no_k_bias)
         self.core = AttentionCore(causal, layer.window, explicit, layer.chunk)
         self.sinks = Sinks(H) if spec.attention_sinks else None
         self.out = nn.Linear(H * dh, spec.d_model, bias=spec.bias)

@@ -17,7 +17,8 @@ def cross_attention(ctx: Ctx) -> list[Op]:
                linears=(Linear("q", spec.d_attn),)),
         # encoder out: [B*S, D] @ W_kv: [D, 2*Hkv*dh]
         Matmul(ctx.name("cross_attention/kv"), kv_rows, D, 2 * spec.d_kv, bias=spec.has_qkv_bias, split="column",
-               role="encoder_kv", linears=(Linear("k", spec.d_kv), Linear("v", spec.d_kv))),
+               role="encoder_kv", linears=(Linear("k", spec.d_kv), Linear("v", spec.d_kv)),
+               unbiased=0 if spec.k_bias else spec.d_kv),  # k_bias False: k without a bias (Whisper)
         attention_core(ctx, "cross_attention", ctx.s, ctx.src, Mask(causal=False)),
         # heads: [T, H*dh] @ W_o: [H*dh, D]
         Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row",

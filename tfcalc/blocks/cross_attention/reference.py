@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...reference.layers import AttentionCore, run_core, split_heads
+from ...reference.layers import AttentionCore, linear, run_core, split_heads
 from ...spec import ModelSpec
 
 
@@ -17,7 +17,7 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.d_head = spec.n_heads, spec.n_kv_heads, spec.d_head
         self.q = nn.Linear(spec.d_model, spec.d_attn, bias=spec.has_qkv_bias)
-        self.kv = nn.Linear(spec.d_model, 2 * spec.d_kv, bias=spec.has_qkv_bias)
+        self.kv = linear(spec.d_model, 2 * spec.d_kv, spec.has_qkv_bias, (0, 0 if spec.k_bias else spec.d_kv))
         self.core = AttentionCore(False, None, explicit)
         self.out = nn.Linear(spec.d_attn, spec.d_model, bias=spec.bias)
         self.recompute_core = recompute == "selective"

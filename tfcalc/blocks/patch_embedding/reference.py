@@ -84,6 +84,9 @@ class PatchEmbedding(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
+input_module = PatchEmbedding  # the stack's input, as the reference model builds it
+
+
 def example_images(spec: ModelSpec, batch: int, image_size: tuple[int, int] | None, device, generator=None):
     """[B, C, H, W] images at `image_size` (default: the model's)."""
     sizes = spec.sizes("patch_embedding")
