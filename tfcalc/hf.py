@@ -71,7 +71,7 @@ _RANGE_ERRORS = {"greater_than", "greater_than_equal"}
 
 # transformers' ACT2FN names -> ModelSpec.activation
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-               "relu": "relu", "silu": "silu", "swish": "silu"}
+               "relu": "relu", "silu": "silu", "swish": "silu", "quick_gelu": "quick_gelu"}
 
 
 def find_config(path: str | Path) -> Path:

@@ -279,6 +279,8 @@ def crossover_line(result: CountResult) -> str:
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
     at = f"N = {w.seq_len:,}" if not w.context else f"{new} against {w.keys:,} keys"
     where = f"at N >= {c.seq_len:,}" if c.seq_len is not None else "at no N"
+    if not getattr(c, "modelled", True):  # attention within windows of an image's grid: no a N + b N^2
+        where = "at an N not modelled (attention within windows of the image's grid)"
     return (f"Attention (projections + scores + values) overtakes the MLP {where}. "
             f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
             f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}"

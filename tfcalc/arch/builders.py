@@ -18,7 +18,8 @@ from .ops import AttentionCore, Elementwise, Mask, Norm, Op
 from .workload import Workload
 
 # Estimated FLOPs per element of the work that is not a matmul: rough, stated once, only ever reported apart.
-ACTIVATION_FLOPS = {"gelu": 8, "gelu_tanh": 8, "silu": 4, "relu": 1}
+# quick_gelu: x * sigmoid(1.702 x), a scale, the sigmoid (about 3) and the multiply
+ACTIVATION_FLOPS = {"gelu": 8, "gelu_tanh": 8, "silu": 4, "relu": 1, "quick_gelu": 5}
 GATE_MULTIPLY = 1  # act(gate) * up
 RESIDUAL_ADD = 1
 

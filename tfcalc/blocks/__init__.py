@@ -10,8 +10,9 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
 - `conv` (LFM2's short convolution), `mamba` (Mamba's selective scan), `mamba2` (Mamba2's SSD mixer),
   `gated_deltanet` (Qwen3-Next's linear attention): the mixers of hybrid models, and `parallel_hybrid` (Falcon-H1's
   attention and Mamba2 side by side on one norm), registered lazily (imported when a spec names them).
-- `patch_embedding` (ViT's patches, class token and position table): a model of images' input in place of
-  `embedding`, registered lazily.
+- `patch_embedding` (ViT's patches, class token and position table; Qwen2-VL's 3-D patches): a model of images'
+  input in place of `embedding`, `window_attention` (Qwen2.5-VL's attention within windows of the patch grid) and
+  `patch_merger` (Qwen2-VL's merger after the blocks), registered lazily.
 """
 
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
@@ -22,5 +23,6 @@ from ..arch.builders import register_lazily
 
 # the sequence mixers of hybrid models and the input of a model of images: each module registers its kind when a
 # spec first names it
-for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding"):
+for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "window_attention",
+              "patch_merger"):
     register_lazily(_name, f"{__name__}.{_name}")
