@@ -229,7 +229,10 @@ def summary_table(result: CountResult) -> Table:
     w = result.workload
     caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward ({w.phase}): matmuls "
                f"over {w.batch_size} x {w.seq_len} new tokens, attention over every (query, key) pair "
-               f"({w.seq_len:,} x {w.keys:,} per head); the causal figure counts the pairs the mask keeps.")
+               f"({w.seq_len:,} x {w.keys:,} per head"
+               + ("; in windowed blocks each window's pairs, as the eager model runs them"
+                  if not getattr(result.crossover, "modelled", True) else "")
+               + "); the causal figure counts the pairs the mask keeps.")
     if f.input_leaf and w.phase == "train":
         caption += (f" Backward: 2 x forward less the patch embedding's input gradient ({f.input_leaf:,} FLOPs): the "
                     "images need none.")

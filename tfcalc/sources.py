@@ -185,7 +185,7 @@ def _images(spec: ModelSpec, image_size: str | None, images: int | None,
     p = sizes.multiple
     if H % p or W % p:
         what = (f"patch size {p}" if sizes.merge_size == 1 else
-                f"patch size {sizes.patch_size} times its merge size {sizes.merge_size}, {p}")
+                f"patch size {sizes.patch_size} x merge size {sizes.merge_size} = {p}")
         blocks = "" if sizes.merge_size == 1 else f" in {sizes.merge_size}x{sizes.merge_size} blocks"
         raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s {what} (the patches "
                           f"would not cover the image{blocks}; {H // p * p}x{W // p * p} or "
