@@ -211,9 +211,10 @@ def test_bad_image_input_is_one_line_exit_2(tmp_path, args, message):
 @pytest.mark.parametrize("change, message", [
     ({"num_heads": 3}, "num_heads=3 is not modelled: hidden_size=1280 is not a multiple of it"),
     ({"window_size": 20}, "window_size=20 is not modelled: under spatial_merge_size * patch_size = 28"),
-    ({"fullatt_block_indexes": None}, "fullatt_block_indexes=None is not modelled"),
+    ({"fullatt_block_indexes": None}, "fullatt_block_indexes=None: expected a list of integers"),
     ({"hidden_act": "tanh"}, "hidden_act='tanh' is not modelled"),
-    ({"patch_size": [14, 14]}, "patch_size=[14, 14]: expected an integer"),
+    ({"patch_size": [14, 14]}, "patch_size=[14, 14] is not modelled: one integer"),
+    ({"temporal_patch_size": "2"}, "temporal_patch_size='2': expected a positive integer or a list of them"),
     ({"out_hidden_size": 0}, "out_hidden_size=0: expected a positive integer"),
 ])
 def test_config_refusals_name_the_field(tmp_path, change, message):

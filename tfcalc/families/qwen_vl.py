@@ -25,7 +25,7 @@ in_channels are), model_type's old spelling aside.
 
 from __future__ import annotations
 
-from ..hf import Unmodelled, activation_of, refuse_if, shortest_cycle
+from ..hf import PATTERN_LIMIT, Unmodelled, activation_of, refuse_if, shortest_cycle
 from ..sizes import MAX_DIGITS
 from .registry import Family, register
 
@@ -49,6 +49,8 @@ COMPONENTS = [  # transformers' module names -> tfcalc components (check --hf-co
 
 def _tower(cfg: dict, width: str, notes: list[str]) -> dict:
     """What the two towers share: the sizes, the patches, the merger, the default image."""
+    for key in ("patch_size", "temporal_patch_size"):  # transformers declares a list too: its Conv3d takes none
+        refuse_if(cfg, key, isinstance(cfg[key], list), "one integer (PatchEmbed's Conv3d kernel is (T, p, p))")
     for key in ("patch_size", "temporal_patch_size", "spatial_merge_size", width):
         refuse_if(cfg, key, cfg[key] >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     D, heads = cfg[width], cfg["num_heads"]
@@ -80,9 +82,9 @@ def qwen2_5_vl_vision(cfg: dict, notes: list[str]) -> dict:
     fields = _tower(cfg, "hidden_size", notes)
     L, p, m = cfg["depth"], cfg["patch_size"], cfg["spatial_merge_size"]
     merged = cfg["window_size"] // m // p  # merged tokens a side of a window (get_vision_window_index)
-    full = cfg["fullatt_block_indexes"]
-    refuse_if(cfg, "fullatt_block_indexes", full is None, "expected a list of block indexes (transformers tests "
-                                                          "`layer_num in fullatt_block_indexes`)")
+    full = set(cfg["fullatt_block_indexes"])
+    refuse_if(cfg, "depth", L > PATTERN_LIMIT, f"tfcalc writes the blocks' kinds (windowed or global) per block, for "
+                                               f"at most {PATTERN_LIMIT:,} blocks")
     outside = sorted({i for i in full if not 0 <= i < L})
     if outside:
         notes.append(f"fullatt_block_indexes: {', '.join(map(str, outside))} name no block of depth={L} "
@@ -116,7 +118,7 @@ def image_tokens(vision_config: dict, height: int, width: int) -> int:
 
 
 SHARED_TYPES = dict(depth="size", num_heads="size", hidden_size="size", hidden_act="str", in_channels="size",
-                    patch_size="size", spatial_merge_size="size", temporal_patch_size="size")
+                    patch_size="size|sizes", spatial_merge_size="size", temporal_patch_size="size|sizes")
 ALIASES = dict(num_hidden_layers="depth", num_attention_heads="num_heads")  # the config classes' attribute_map
 DEFAULTS = {
     "qwen2_vl_vision": dict(depth=32, embed_dim=1280, hidden_size=3584, hidden_act="quick_gelu", mlp_ratio=4,
@@ -133,5 +135,5 @@ register(
     Family("qwen2_5_vl_vision", mapper=qwen2_5_vl_vision, components=COMPONENTS, aliases=ALIASES,
            defaults=DEFAULTS["qwen2_5_vl_vision"], layer_keys={"depth": "n_layers"},
            types=SHARED_TYPES | dict(intermediate_size="size", window_size="size", out_hidden_size="size",
-                                     fullatt_block_indexes="integers?")),
+                                     fullatt_block_indexes="integers")),
 )
