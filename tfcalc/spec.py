@@ -56,7 +56,8 @@ class ModelSpec(BaseModel):
         "standard", description="standard: up, act, down. gated (SwiGLU/GeGLU): act(gate) * up, down."
     )
     activation: Literal["gelu", "gelu_tanh", "relu", "silu", "quick_gelu"] = Field(
-        "gelu", description="MLP activation (for gated MLPs, applied to the gate); quick_gelu: x * sigmoid(1.702 x) (CLIP, Qwen2-VL's vision tower)."
+        "gelu", description="MLP activation (for gated MLPs, applied to the gate); quick_gelu: x * sigmoid(1.702 x) "
+                            "(CLIP, Qwen2-VL's vision tower)."
     )
     norm: Literal["layernorm", "rmsnorm", "layernorm_no_bias"] = Field(
         "layernorm", description="layernorm (weight and bias), rmsnorm (weight) or layernorm_no_bias (a LayerNorm "

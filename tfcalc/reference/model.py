@@ -288,7 +288,8 @@ class Transformer(nn.Module):
             self.decoder = StackModule(spec, all_stacks[1], explicit_attention, not shared, recompute)
             token_table = self.embedding.token if shared else self.decoder.embedding.token
         else:
-            stack = StackModule(spec, all_stacks[0], explicit_attention, True, recompute, _grid(spec, self.workload))
+            grid = image_grid(spec, self.workload)
+            stack = StackModule(spec, all_stacks[0], explicit_attention, True, recompute, grid)
             self.embedding, self.blocks, self.final_norm = stack.embedding, stack.blocks, stack.final_norm
             self.relative_bias = stack.relative_bias
             self._stack = [stack]  # not registered: its modules are this model's own
@@ -323,7 +324,7 @@ class Transformer(nn.Module):
         return out, *pooled, *(() if self.classifier is None else (self.classifier(first),))
 
 
-def _grid(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
+def image_grid(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
     """A model of images' patch grid (rows, columns) on the workload's images (default: the model's)."""
     if spec.inputs != "images":
         return None

@@ -39,7 +39,8 @@ class PatchConv3d(nn.Conv3d):
         if not (torch.jit.is_tracing() and images.device.type == "meta"):
             return super().forward(frames).flatten(2).transpose(1, 2)
         B, C, _, H, W = frames.shape
-        patches = frames.reshape(B, C, T, H // p, p, W // p, p).permute(0, 3, 5, 1, 2, 4, 6).reshape(B, -1, C * T * p * p)
+        patches = frames.reshape(B, C, T, H // p, p, W // p, p).permute(0, 3, 5, 1, 2, 4, 6)
+        patches = patches.reshape(B, -1, C * T * p * p)
         out = patches @ self.weight.reshape(self.out_channels, -1).t()
         return out if self.bias is None else out + self.bias
 

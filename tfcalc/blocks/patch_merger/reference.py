@@ -28,9 +28,9 @@ class PatchMerger(nn.Module):
 
 
 def attach(model: nn.Module, spec) -> None:
-    from ...reference.model import _grid
+    from ...reference.model import image_grid
 
-    model.merger = PatchMerger(spec, _grid(spec, model.workload))
+    model.merger = PatchMerger(spec, image_grid(spec, model.workload))
 
 
 def forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
