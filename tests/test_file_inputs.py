@@ -453,6 +453,11 @@ BASE["clip_text_model"] = _TOWER | dict(vocab_size=100, max_position_embeddings=
 BASE["siglip_vision_model"] = _TOWER | dict(image_size=32, patch_size=8, num_channels=3, vision_use_head=True)
 BASE["siglip2_vision_model"] = _TOWER | dict(num_patches=16, patch_size=8, num_channels=3, vision_use_head=True)
 BASE["siglip_text_model"] = _TOWER | dict(vocab_size=100, max_position_embeddings=16, projection_size=32)
+BASE["qwen2_vl_vision"] = dict(depth=2, embed_dim=32, hidden_size=24, num_heads=2, mlp_ratio=2, patch_size=2,
+                               spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+BASE["qwen2_5_vl_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
+                                 patch_size=2, spatial_merge_size=2, temporal_patch_size=2, window_size=8,
+                                 fullatt_block_indexes=[1], in_channels=3)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -463,6 +468,7 @@ ACCEPTS = {
     "int?": lambda v: v is None or type(v) is int, "size?": lambda v: v is None or type(v) is int,
     "str": lambda v: type(v) is str, "str?": lambda v: v is None or type(v) is str,
     "integers?": lambda v: v is None or type(v) is list and all(type(x) is int for x in v),
+    "integers": lambda v: type(v) is list and all(type(x) is int for x in v),
     "strings?": lambda v: v is None or type(v) is list and all(type(x) is str for x in v),
     "object?": lambda v: v is None or type(v) is dict,
     "float?": lambda v: v is None or type(v) is float,
@@ -532,7 +538,8 @@ def test_types_are_the_ones_transformers_declares(model_type):
 EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "number": "a number", "size": "an integer",
                    "count": "an integer", "int?": "an integer or null", "size?": "an integer or null",
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
-                   "integers?": "a list of integers or null", "object?": "an object or null",
+                   "integers?": "a list of integers or null", "integers": "a list of integers",
+                   "object?": "an object or null",
                    "float?": "a float (50.0, not 50) or null",
                    "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null",
                    "int|str": "an integer or a string",
@@ -688,6 +695,7 @@ OWN_TYPE = {
     "bool": st.booleans(), "int": _sizes, "number": st.floats(0.1, 4) | st.integers(-2, 4), "size": _sizes, "count": _sizes, "int?": st.none() | _sizes,
     "size?": st.none() | _sizes, "str": _names, "str?": st.none() | _names,
     "integers?": st.none() | st.lists(_sizes, max_size=4),
+    "integers": st.lists(_sizes, max_size=4),
     "strings?": st.none() | st.lists(_names, min_size=4, max_size=4) | st.lists(_names, max_size=5),
     "object?": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     "bool?": st.none() | st.booleans(), "float?": st.none() | st.floats(1, 100),
@@ -834,6 +842,9 @@ DIRECT["falcon_h1"] = dict(num_hidden_layers="n_layers", hidden_size="d_model", 
                            head_dim="d_head")
 DIRECT["vit"] = dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads",
                      intermediate_size="d_ff", qkv_bias="qkv_bias")
+# (embed_dim also sizes Qwen2-VL's MLP, depth Qwen2.5-VL's pattern of windowed blocks)
+DIRECT["qwen2_vl_vision"] = dict(depth="n_layers", num_heads="n_heads")
+DIRECT["qwen2_5_vl_vision"] = dict(hidden_size="d_model", num_heads="n_heads", intermediate_size="d_ff")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
                                          num_experts_per_tok="top_k", num_experts="n_experts")
 # Llama 4's MoE and NoPE blocks are rules over the layers (num_hidden_layers is not direct); intermediate_size

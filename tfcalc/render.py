@@ -256,7 +256,10 @@ def summary_table(result: CountResult) -> Table:
     w = result.workload
     caption = (f"FLOPs = 2 per multiply-add; MACs = multiply-adds (fvcore's 'flops'). Forward ({w.phase}): matmuls "
                f"over {w.batch_size} x {w.seq_len} new tokens, attention over every (query, key) pair "
-               f"({w.seq_len:,} x {w.keys:,} per head); the causal figure counts the pairs the mask keeps.")
+               f"({w.seq_len:,} x {w.keys:,} per head"
+               + ("; in windowed blocks each window's pairs, as the eager model runs them"
+                  if not getattr(result.crossover, "modelled", True) else "")
+               + "); the causal figure counts the pairs the mask keeps.")
     if f.input_leaf and w.phase == "train":
         caption += (f" Backward: 2 x forward less the {first}'s input gradient ({f.input_leaf:,} FLOPs): the "
                     f"{'mel frames' if audio else 'images'} need none.")
@@ -306,6 +309,8 @@ def crossover_line(result: CountResult) -> str:
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
     at = f"N = {w.seq_len:,}" if not w.context else f"{new} against {w.keys:,} keys"
     where = f"at N >= {c.seq_len:,}" if c.seq_len is not None else "at no N"
+    if not getattr(c, "modelled", True):  # attention within windows of an image's grid: no a N + b N^2
+        where = "at an N not modelled (attention within windows of the image's grid)"
     return (f"Attention (projections + scores + values) overtakes the MLP {where}. "
             f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
             f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}"

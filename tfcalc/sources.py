@@ -272,11 +272,14 @@ def _images(spec: ModelSpec, image_size: str | None, images: int | None,
                           "prefill or decode (a forward over whole images is --phase train, the default)")
     sizes = spec.sizes("patch_embedding")
     H, W = (sizes.height, sizes.width) if image_size is None else parse_image_size(image_size)
-    p = sizes.patch_size
+    p = sizes.multiple
     if H % p or W % p:
-        raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s patch size {p} (the patches "
-                          f"would not cover the image; {H // p * p}x{W // p * p} or {-(-H // p) * p}x{-(-W // p) * p} "
-                          "would)")
+        what = (f"patch size {p}" if sizes.merge_size == 1 else
+                f"patch size {sizes.patch_size} x merge size {sizes.merge_size} = {p}")
+        blocks = "" if sizes.merge_size == 1 else f" in {sizes.merge_size}x{sizes.merge_size} blocks"
+        raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s {what} (the patches "
+                          f"would not cover the image{blocks}; {H // p * p}x{W // p * p} or "
+                          f"{-(-H // p) * p}x{-(-W // p) * p} would)")
     if images is not None and spec.batch_size not in (1, images):
         raise TfcalcError(f"--images {images} and batch_size={spec.batch_size}: the images are the batch; give one")
     return (spec.batch_size if images is None else images), (H, W), sizes.tokens(H, W)

@@ -93,8 +93,8 @@ class ModelSpec(BaseModel):
         "standard", description="standard: up, act, down. gated (SwiGLU/GeGLU): act(gate) * up, down."
     )
     activation: Literal["gelu", "gelu_tanh", "relu", "silu", "quick_gelu"] = Field(
-        "gelu", description="MLP activation (for gated MLPs, applied to the gate); quick_gelu is CLIP's x * "
-                            "sigmoid(1.702 x)."
+        "gelu", description="MLP activation (for gated MLPs, applied to the gate); quick_gelu: x * sigmoid(1.702 x) "
+                            "(CLIP, Qwen2-VL's vision tower)."
     )
     norm: Literal["layernorm", "rmsnorm", "layernorm_no_bias"] = Field(
         "layernorm", description="layernorm (weight and bias), rmsnorm (weight) or layernorm_no_bias (a LayerNorm "
@@ -599,20 +599,22 @@ class ModelSpec(BaseModel):
             return  # named by _check_kinds
         rows = sizes.tokens(sizes.height, sizes.width)
         where = f"inputs='images' (kinds.patch_embedding: {sizes.describe()})"
-        if self.positions != "learned":
+        if self.positions == "rotary":  # a 2-D rotary over the patch grid (Qwen2-VL): no table, no row to run out of
+            pass
+        elif self.positions != "learned":
             problems.append(f"positions={self.positions!r}: {where} has a learned position table of "
-                            f"{rows} rows (positions='learned')")
+                            f"{rows} rows (positions='learned') or a rotary over its patch grid (positions='rotary')")
         elif self.max_positions is None:
             self._set("max_positions", rows)  # derived from the image size: re-derived when that changes
         elif self.max_positions != rows:
             problems.append(f"max_positions={self.max_positions}: {where} has a position table of {rows} rows, "
-                            f"the patches{' and the class token' if sizes.class_token else ''}; leave "
-                            "max_positions out")
-        if "seq_len" in self.model_fields_set and self.seq_len != rows and sizes.height % sizes.patch_size == 0 \
-                and sizes.width % sizes.patch_size == 0:
-            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens (its patches"
-                            f"{' and the class token' if sizes.class_token else ''}): give seq_len={rows} with that image size, or keep the model's and "
-                            "give the workload's image (--image-size, Workload.image_size)")
+                            "the patches and the class token; leave max_positions out")
+        if "seq_len" in self.model_fields_set and self.seq_len != rows and sizes.height % sizes.multiple == 0 \
+                and sizes.width % sizes.multiple == 0:
+            what = "its patches and the class token" if sizes.class_token else "its patches"
+            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens ({what}): give "
+                            f"seq_len={rows} with that image size, or keep the model's and give the workload's image "
+                            "(--image-size, Workload.image_size)")
         for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
                            ("n_token_types", self.n_token_types),
                            ("d_embedding", self.d_embedding is not None), ("causal", self.causal),
@@ -785,8 +787,15 @@ class ModelSpec(BaseModel):
 
     def _frame_kinds(self) -> set[str]:
         """The frame's kinds with sizes of their own the spec uses: the patch embedding of a model of images, the
-        audio front end of a model of audio."""
-        return {"images": {"patch_embedding"}, "audio": {"audio_conv"}}.get(self.inputs, set())
+        audio front end of a model of audio, and the kinds after its stack (`output_kinds`)."""
+        own = {"images": {"patch_embedding"}, "audio": {"audio_conv"}}.get(self.inputs, set())
+        return own | set(self.output_kinds)
+
+    @property
+    def output_kinds(self) -> tuple[str, ...]:
+        """The frame's kinds after the stack's final norm, before the head, that a spec names by their sizes: a
+        patch merger (Qwen2-VL's vision tower: kinds.patch_merger)."""
+        return ("patch_merger",) if "patch_merger" in self.kinds else ()
 
     @property
     def input_kind(self) -> str:

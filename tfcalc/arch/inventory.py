@@ -177,9 +177,8 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     sizes = spec.sizes("patch_embedding")
     H, W = workload.image_size or (sizes.height, sizes.width)
     p = sizes.patch_size
-    if H % p or W % p:
-        return [(f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s patch_size={p} (the patches would "
-                 "not cover the image)")]
+    if H % sizes.multiple or W % sizes.multiple:
+        return [f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s {sizes.covers()}"]
     tokens = sizes.tokens(H, W)
     if workload.seq_len != tokens:
         cls = " and the class token" if sizes.class_token else ""
@@ -288,6 +287,8 @@ def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
         out[stage(offset + stack.n_layers - 1)].append(
             Group(f"{where}final_norm", 1, tuple(run("final_norm", ctx)), kind="final_norm", stack=stack))
         offset += stack.n_layers
+    for name in spec.output_kinds:  # after the stack, before the head (a patch merger)
+        out[pp - 1].append(Group(name, 1, tuple(run(name, top)), kind="head"))
     out[pp - 1].append(Group("head", 1, tuple(run("head", top)), kind="head"))
     return out
 

@@ -71,6 +71,9 @@ class Crossover:
     mlp_share: float
     quadratic_share: float  # scores + values' share of block FLOPs at the spec's N
     mixer_share: float = 0.0  # other sequence mixers' (a short convolution's block: family "mixer")
+    # False: attention is not a N + b N^2 in a sequence's tokens (windows of an image's patch grid: Qwen2.5-VL), so no
+    # crossover N is given (seq_len None), only the shares at the workload counted
+    modelled: bool = True
 
     def to_dict(self) -> dict:
         return {
@@ -110,7 +113,7 @@ def _frozen(value):
     return value
 
 
-def _coefficients(spec: ModelSpec) -> tuple[int, int, int]:
+def _coefficients(spec: ModelSpec) -> tuple[int, int, int] | None:
     """(a, b, m): attention's linear and quadratic FLOPs per sequence and the MLP's, per token; remembered per
     architecture (every field but the spec's own length, batch and name), so that a sweep computes them once."""
     key = tuple((k, _frozen(v)) for k, v in spec.__dict__.items() if k not in ("seq_len", "batch_size", "name"))
@@ -121,7 +124,12 @@ def _coefficients(spec: ModelSpec) -> tuple[int, int, int]:
     return _COEFFICIENTS[key]
 
 
-def _measure(spec: ModelSpec) -> tuple[int, int, int]:
+def _measure(spec: ModelSpec) -> tuple[int, int, int] | None:
+    """None for attention within windows of an image's grid (`window_attention`): its pairs follow the image's
+    windows, not N^2."""
+    if any(block.split("+")[0] == "window_attention" for block in spec.block_pattern or ()):
+        return None
+
     def at(n: int) -> tuple[int, int, int]:
         workload = Workload(seq_len=n, src_len=n if spec.is_encoder_decoder else None)
         return _families(build(spec, workload))
@@ -140,8 +148,11 @@ def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
         from ..arch.towers import text_tower
 
         spec = text_tower(spec)
-    a, b, m = _coefficients(spec)
-    if b:
+    coefficients = _coefficients(spec)
+    a, b, m = coefficients or (0, 0, 0)
+    if coefficients is None:
+        n_cross = None
+    elif b:
         n_cross: int | None = max(1, -((a - m) // b))  # ceil((m - a) / b), at least one token
     else:  # no scores and values (blocks without attention: a block_pattern): linear against linear
         n_cross = 1 if a >= m else None
@@ -152,4 +163,5 @@ def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
     def share(n: int) -> float:
         return float(Fraction(n, block)) if block else 0.0
 
-    return Crossover(n_cross, share(linear_attention + quadratic), share(mlp), share(quadratic), share(mixer))
+    return Crossover(n_cross, share(linear_attention + quadratic), share(mlp), share(quadratic), share(mixer),
+                     coefficients is not None)

@@ -111,6 +111,7 @@ class Site:
     causal: bool
     explicit: bool
     recompute: str
+    grid: tuple[int, int] | None = None  # a model of images: the workload's patch grid (rows, columns)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ class Block(nn.Module):
     residual add by `norm_position` (`<kind>_norm` before it, after the residual add under post-norm;
     `<kind>_post_norm` after it), or side by side with attention in a parallel block."""
 
-    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none"):
+    def __init__(self, spec: ModelSpec, layer: Layer, causal: bool, explicit: bool, recompute: str = "none",
+                 grid: tuple[int, int] | None = None):
         super().__init__()
         self.position, self.parallel = spec.norm_position, spec.parallel_block
         self.kinds = layer.kinds
@@ -148,7 +150,7 @@ class Block(nn.Module):
                 setattr(self, f"{prefix}_post_norm", make_norm(spec) if after else None)
         if self.parallel == "one_norm":  # the MLP reads attention's normalised input
             self.mlp_norm = None
-        site = Site(spec, layer, causal, explicit, recompute)
+        site = Site(spec, layer, causal, explicit, recompute, grid)
         for name in self.kinds:
             reference(name).attach(self, site)
 
@@ -203,7 +205,7 @@ class StackModule(nn.Module):
     """One stack: its embedding, its blocks in order, its final norm."""
 
     def __init__(self, spec: ModelSpec, stack: Stack, explicit: bool, own_token_table: bool,
-                 recompute: str = "none"):
+                 recompute: str = "none", grid: tuple[int, int] | None = None):
         super().__init__()
         kind = spec.stack_input(stack.name)  # tokens (`embedding`), or a kind's own module (images, audio)
         self.embedding = (Embedding(spec, own_token_table, stack.n_layers) if kind == "embedding" else
@@ -212,10 +214,10 @@ class StackModule(nn.Module):
         self.alibi_heads = spec.n_heads if spec.positions == "alibi" else 0
         L, shared = stack.n_layers, spec.shared_blocks
         if shared is None:
-            self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit, recompute)
+            self.blocks = nn.ModuleList(Block(spec, stack.layer(i), stack.causal, explicit, recompute, grid)
                                         for i in range(L))
         else:  # ALBERT: `shared` sets of parameters, block i running set int(i / (L / shared))
-            sets = [Block(spec, stack.layer(i), stack.causal, explicit, recompute) for i in range(shared)]
+            sets = [Block(spec, stack.layer(i), stack.causal, explicit, recompute, grid) for i in range(shared)]
             self.blocks = nn.ModuleList(sets[int(i / (L / shared))] for i in range(L))
         self.final_norm = make_norm(spec) if spec.final_norm else None
         self.pooled_norm = spec.pooled_final_norm  # only the first token normalised (CLIP's post_layernorm)
@@ -294,11 +296,15 @@ class Transformer(nn.Module):
             self.decoder = StackModule(spec, all_stacks[1], explicit_attention, not shared, recompute)
             token_table = self.embedding.token if shared else self.decoder.embedding.token
         else:
-            stack = StackModule(spec, all_stacks[0], explicit_attention, True, recompute)
+            grid = image_grid(spec, self.workload)
+            stack = StackModule(spec, all_stacks[0], explicit_attention, True, recompute, grid)
             self.embedding, self.blocks, self.final_norm = stack.embedding, stack.blocks, stack.final_norm
             self.relative_bias = stack.relative_bias
             self._stack = [stack]  # not registered: its modules are this model's own
             token_table = self.embedding.token
+        for name in spec.output_kinds:  # after the stack, before the head (a patch merger: `merger`)
+            reference(name).attach(self, spec)
+        self.outputs = spec.output_kinds
         self.pooler = nn.Linear(spec.d_model, spec.d_pooler or spec.d_model) if spec.pooler else None
         self.classifier = nn.Linear(spec.d_model, spec.n_classes) if spec.n_classes else None
         self.attention_pool = (reference("attention_pool").AttentionPool(spec, explicit_attention)
@@ -318,6 +324,8 @@ class Transformer(nn.Module):
         else:
             keep = w.scored if w.phase == "prefill" and self.spec.kv_shared_layers else 0
             x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep)
+        for name in self.outputs:
+            x = reference(name).forward(self, x)
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
         if self.pooler is None and self.classifier is None and self.attention_pool is None and \
                 self.projection is None:
@@ -332,6 +340,15 @@ class Transformer(nn.Module):
         projected = () if self.projection is None else (self.projection(attended[0] if attended else first),)
         return (out, *pooled, *(() if self.classifier is None else (self.classifier(first),)), *attended,
                 *projected)
+
+
+def image_grid(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
+    """A model of images' patch grid (rows, columns) on the workload's images (default: the model's)."""
+    if spec.inputs != "images":
+        return None
+    sizes = spec.sizes("patch_embedding")
+    H, W = workload.image_size or (sizes.height, sizes.width)
+    return H // sizes.patch_size, W // sizes.patch_size
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,

@@ -273,7 +273,25 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
     cls = getattr(transformers, type(config).__name__.removesuffix("Config") + "Model", None)
     if cls is not None and getattr(cls, "config_class", None) is type(config):
         return cls
+    own = _own_class(config)  # (Qwen2-VL's vision config): its modeling module's one class for it
+    if own is not None:
+        return own
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
+
+
+def _own_class(config):
+    """The one model class of `config`'s modeling module whose config_class is its type (Qwen2VLVisionConfig:
+    Qwen2VisionTransformerPretrainedModel), else None."""
+    import importlib
+    import inspect
+
+    try:
+        module = importlib.import_module(type(config).__module__.replace(".configuration_", ".modeling_"))
+    except ImportError:
+        return None
+    found = [k for k in vars(module).values() if inspect.isclass(k) and getattr(k, "config_class", None) is type(config)
+             and hasattr(k, "_from_config")]
+    return found[0] if len(found) == 1 else None
 
 
 def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False,
@@ -363,11 +381,14 @@ def _route_experts_round_robin(model) -> int:
 
 def trace(model, workload: Workload, encoder_decoder: bool,
           images: tuple[int, tuple[int, int], bool, int] | None = None, mel_bins: int | None = None,
-          inputs: dict | None = None) -> tuple[int, dict[str, int], int]:
+          inputs: dict | None = None, patches: tuple[int, int, int, tuple[int, int]] | None = None
+          ) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
     (channels, (height, width), whether that is not the config's image size, the patch's side) of a model of images'
     input; `mel_bins`: a model of audio's, its encoder reading [B, mel_bins, workload.mel_frames]; `inputs`: the
-    forward's inputs, given whole (a multimodal model's)."""
+    forward's inputs, given whole (a multimodal model's); `patches`: (channels, temporal patch, patch, (height,
+    width)) of a vision tower that reads its images as the Qwen2-VL processor lays them out, pixel_values
+    [patches, C*T*p*p] and grid_thw [images, 3] (each row 1, H/p, W/p)."""
     import inspect
 
     import torch
@@ -387,6 +408,8 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         channels, (H, W), interpolate, _ = images
         inputs = {"pixel_values": torch.empty(workload.batch_size, channels, H, W, device="meta"),
                   "interpolate_pos_encoding": interpolate}
+    if patches is not None:
+        inputs = _patch_inputs(model, workload.batch_size, *patches)
     if encoder_decoder:
         src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
         inputs = {"input_ids": src, "decoder_input_ids": ids}
@@ -425,6 +448,20 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         else:
             own[parent] -= value
     return total, {k: v for k, v in own.items() if v}, outside
+
+
+def _patch_inputs(model, images: int, channels: int, frames: int, p: int, hw: tuple[int, int]) -> dict:
+    """A vision tower's inputs as the Qwen2-VL processor gives them: every image's patches, one row of C*T*p*p
+    pixels each, and grid_thw (1, H/p, W/p) per image. grid_thw stays on the CPU (the tower reads it with tolist());
+    the rotary's position ids are computed from it as transformers does and handed in on meta, beside the model."""
+    import torch
+    from transformers.vision_utils import get_vision_position_ids
+
+    rows, cols = hw[0] // p, hw[1] // p
+    grid = torch.tensor([[1, rows, cols]] * images)
+    position_ids = get_vision_position_ids(grid, model.config.spatial_merge_size).to("meta")
+    pixels = torch.empty(images * rows * cols, channels * frames * p * p, device="meta")
+    return {"hidden_states": pixels, "grid_thw": grid, "position_ids": position_ids}
 
 
 def _ancestor(name: str, counted: dict) -> str | None:
@@ -536,7 +573,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
-    images = mel_bins = None
+    images = mel_bins = patches = None
     if spec.inputs == "audio":  # transformers runs exactly the window of mel frames (its feature extractor pads to it)
         sizes = spec.sizes("audio_conv")
         mel_bins = sizes.mel_bins
@@ -551,6 +588,8 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
         images = sizes.channels, image, image != (sizes.height, sizes.width), sizes.patch_size
+        if not sizes.class_token and spec.positions == "rotary":  # a Qwen2-VL tower: patches and grid_thw
+            patches, images = (sizes.channels, sizes.temporal_patch_size, sizes.patch_size, image), None
         work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
         spec = spec.replace(batch_size=work.batch_size)
     else:
@@ -567,7 +606,8 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins)
+    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
+                                   patches=patches)
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name

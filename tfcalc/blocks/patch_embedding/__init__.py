@@ -9,6 +9,12 @@ of C -> D channels, kernel and stride p): the patches do not overlap, so it is o
 [patches + 1, D] at the model's image size (the kind's sizes, `kinds.patch_embedding`); an image of another size
 (Workload.image_size) runs with the table interpolated to its grid (transformers' interpolate_pos_encoding: a
 bicubic resampling, no matmul, not counted), the parameters unchanged. Dropout is not work.
+
+Qwen2-VL's and Qwen2.5-VL's vision towers (PatchEmbed: a Conv3d of kernel = stride = (temporal_patch_size, p, p), no
+bias) read each image repeated to temporal_patch_size frames, so a patch is C * T * p * p pixels: [B * patches,
+C*T*p*p] @ [C*T*p*p, D], no bias; no class token, and no position table (positions='rotary': a 2-D rotary over the
+patch grid, no parameters). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
+concatenates each block), so an image's sides are multiples of patch_size * merge_size.
 """
 
 from __future__ import annotations
@@ -31,8 +37,15 @@ class PatchSizes(BaseModel):
                                              "(patch_size).")
     channels: Size = Field(3, description="Channels of an input image (num_channels).")
     class_token: bool = Field(True, description="A learned class token before the patches (ViT's cls_token, CLIP's "
-                                                "class_embedding; SigLIP has none).")
-    bias: bool = Field(True, description="A bias on the patches' convolution (ViT, SigLIP: true; CLIP: false).")
+                                                "class_embedding; SigLIP and Qwen2-VL have none).")
+    temporal_patch_size: Size = Field(1, description="Frames in a patch (Qwen2-VL's temporal_patch_size): the "
+                                                     "convolution's kernel (T, p, p); an image is repeated to T "
+                                                     "frames. 1: a Conv2d (ViT).")
+    bias: bool = Field(True, description="A bias on the patches' projection (ViT, SigLIP: true; CLIP, Qwen2-VL's "
+                                         "Conv3d: false).")
+    merge_size: Size = Field(1, description="Patches come in merge_size x merge_size blocks that a patch merger "
+                                            "concatenates (Qwen2-VL's spatial_merge_size): an image's sides are "
+                                            "multiples of patch_size * merge_size. 1: no blocks (ViT).")
     resized_positions: bool = Field(
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
@@ -46,6 +59,16 @@ class PatchSizes(BaseModel):
     def width(self) -> int:
         return self.image_size if isinstance(self.image_size, int) else self.image_size[-1]
 
+    @property
+    def multiple(self) -> int:
+        """What an image's sides are multiples of: the patch, times the merge blocks."""
+        return self.patch_size * self.merge_size
+
+    @property
+    def patch_pixels(self) -> int:
+        """Inputs of one patch: channels x frames x p x p (the convolution's kernel)."""
+        return self.channels * self.temporal_patch_size * self.patch_size ** 2
+
     def patches(self, height: int, width: int) -> int:
         """Patches of an image of height x width pixels (each a multiple of patch_size)."""
         return (height // self.patch_size) * (width // self.patch_size)
@@ -55,7 +78,15 @@ class PatchSizes(BaseModel):
         return self.patches(height, width) + int(self.class_token)
 
     def describe(self) -> str:
-        return f"image_size {self.height}x{self.width}, patch_size {self.patch_size}"
+        merged = f", merge_size {self.merge_size}" if self.merge_size != 1 else ""
+        return f"image_size {self.height}x{self.width}, patch_size {self.patch_size}{merged}"
+
+    def covers(self) -> str:
+        """What an image's sides must be multiples of, in words."""
+        if self.merge_size == 1:
+            return f"patch_size={self.patch_size} (the patches would not cover the image)"
+        return (f"patch_size * merge_size = {self.multiple} (the patches would not cover the image in "
+                f"{self.merge_size}x{self.merge_size} blocks)")
 
     def problems(self, spec) -> list[str]:
         out = []
@@ -64,23 +95,25 @@ class PatchSizes(BaseModel):
                        "class_token=false")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
-        elif self.height % self.patch_size or self.width % self.patch_size:
-            out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: not a multiple of "
-                       f"patch_size={self.patch_size} (the patches would not cover the image)")
+        elif self.height % self.multiple or self.width % self.multiple:
+            out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: not a multiple of {self.covers()}")
         return out
 
 
 def patch_embedding(ctx: Ctx) -> list[Op]:
-    """The stack's input from images: the patches' projection, the class token, the position table."""
+    """The stack's input from images: the patches' projection, the class token, the position table (learned
+    positions; rotary ones have none)."""
     spec = ctx.spec
     sizes = spec.sizes("patch_embedding")
-    D, p, C = spec.d_model, sizes.patch_size, sizes.channels
+    D = spec.d_model
     patches = ctx.s - int(sizes.class_token)  # per image: the workload's tokens less the class token
     return [
-        # images [B, C, H, W] as patches x: [B * patches, C*p*p] @ W: [C*p*p, D] (the Conv2d's weight [D, C, p, p])
-        Matmul(ctx.name("embedding/patch"), ctx.b * patches, C * p * p, D, bias=sizes.bias, role="patch"),
+        # images [B, C, H, W] as patches x: [B * patches, C*T*p*p] @ W: [C*T*p*p, D] (the Conv2d's weight [D, C, p, p],
+        # a Conv3d's [D, C, T, p, p] over the image repeated to T frames)
+        Matmul(ctx.name("embedding/patch"), ctx.b * patches, sizes.patch_pixels, D, bias=sizes.bias, role="patch"),
         *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
-        Table(ctx.name("embedding/position"), spec.max_positions, D, "position"),  # [patches (+ 1), D]
+        *([Table(ctx.name("embedding/position"), spec.max_positions, D, "position")]  # [patches (+ 1), D]
+          if spec.positions == "learned" else []),
         # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
         # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
         *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,

@@ -1,6 +1,8 @@
 """The `patch_embedding` kind's torch module: ViT's embeddings (transformers' ViTEmbeddings), run as it runs them:
 a Conv2d of kernel and stride patch_size over the images, flattened to [B, patches, D], the class token before them
-(if any), the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does)."""
+(if any), the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does).
+With temporal_patch_size T > 1 (Qwen2-VL's PatchEmbed) a Conv3d of kernel and stride (T, p, p) over each image
+repeated to T frames; without a bias, a class token or a position table where the sizes and positions say so."""
 
 from __future__ import annotations
 
@@ -23,6 +25,23 @@ class PatchConv(nn.Conv2d):
         B, C, H, W = images.shape
         p = self.kernel_size[0]
         patches = images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5).reshape(B, -1, C * p * p)
+        out = patches @ self.weight.reshape(self.out_channels, -1).t()
+        return out if self.bias is None else out + self.bias
+
+
+class PatchConv3d(nn.Conv3d):
+    """[B, C, H, W] -> [B, patches, D]: the image repeated to T frames (as Qwen2-VL's processor lays it out), one
+    Conv3d of kernel and stride (T, p, p). Under fvcore's jit trace on meta, the same products as one matmul over the
+    patches, [B * patches, C*T*p*p] @ [C*T*p*p, D]."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        T, p = self.kernel_size[0], self.kernel_size[1]
+        frames = images.unsqueeze(2).expand(-1, -1, T, -1, -1)  # [B, C, T, H, W]
+        if not (torch.jit.is_tracing() and images.device.type == "meta"):
+            return super().forward(frames).flatten(2).transpose(1, 2)
+        B, C, _, H, W = frames.shape
+        patches = frames.reshape(B, C, T, H // p, p, W // p, p).permute(0, 3, 5, 1, 2, 4, 6)
+        patches = patches.reshape(B, -1, C * T * p * p)
         out = patches @ self.weight.reshape(self.out_channels, -1).t()
         return out if self.bias is None else out + self.bias
 
@@ -54,9 +73,12 @@ class PatchEmbedding(nn.Module):
         super().__init__()
         sizes, D = spec.sizes("patch_embedding"), spec.d_model
         self.grid = (sizes.height // sizes.patch_size, sizes.width // sizes.patch_size)
-        self.patch = PatchConv(sizes.channels, D, sizes.patch_size, stride=sizes.patch_size, bias=sizes.bias)
+        T, p = sizes.temporal_patch_size, sizes.patch_size
+        self.patch = (PatchConv(sizes.channels, D, p, stride=p, bias=sizes.bias) if T == 1 else
+                      PatchConv3d(sizes.channels, D, (T, p, p), stride=(T, p, p), bias=sizes.bias))
         self.class_token = Parameter(1, 1, D) if sizes.class_token else None
-        self.position = Parameter(1, spec.max_positions, D)
+        # rotary positions (Qwen2-VL's 2-D rotary over the grid): no table, nothing added here
+        self.position = Parameter(1, spec.max_positions, D) if spec.positions == "learned" else None
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
         self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
 
@@ -73,13 +95,13 @@ class PatchEmbedding(nn.Module):
         return torch.cat([table[:, :first], grid.permute(0, 2, 3, 1).reshape(1, -1, D)], dim=1)
 
     def forward(self, images: torch.Tensor, token_types=None, offset: int = 0, table=None) -> torch.Tensor:
-        p = self.patch.kernel_size[0]
+        p = self.patch.kernel_size[-1]
         x = self.patch(images)
         if self.class_token is not None:
             x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
         if self.position_resize is not None:  # every forward, at any size (SigLIP2)
             x = x + self.position_resize(self.position.weight, x.shape[0], x.shape[1])
-        else:
+        elif self.position is not None:
             x = x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
         return x if self.norm is None else self.norm(x)
 

@@ -1,0 +1,54 @@
+"""A patch merger after a vision tower's blocks (`patch_merger`; Qwen2-VL's PatchMerger, Qwen2.5-VL's
+Qwen2_5_VLPatchMerger): the norm ln_q over each patch's d_model (the spec's norm: LayerNorm in Qwen2-VL, RMSNorm in
+Qwen2.5-VL), then each merge_size x merge_size block of patches (kinds.patch_embedding.merge_size = m) concatenated
+into one row of D * m^2, and an MLP: Linear(D m^2, D m^2) with a bias, GELU (exact: nn.GELU, whatever the blocks'
+activation), Linear(D m^2, d_out) with a bias. Its rows are what reaches the language model: patches / m^2 tokens per
+image, d_out (out_hidden_size, the language model's hidden_size) wide (`tokens_out`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register
+from ...arch.ops import Elementwise, Matmul, Norm, Op
+from ...sizes import Size
+
+
+class MergerSizes(BaseModel):
+    """The `patch_merger` kind's own sizes (a spec's `[kinds.patch_merger]`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    d_out: Size = Field(description="The merger's output width, the language model's (Qwen2-VL's vision "
+                                    "hidden_size, Qwen2.5-VL's out_hidden_size).")
+
+    def problems(self, spec) -> list[str]:
+        if spec.inputs != "images":
+            return [f"kinds.patch_merger: a merger of image patches needs a model of images (inputs='images'), got "
+                    f"inputs={spec.inputs!r}"]
+        return []
+
+
+def tokens_out(spec, height: int, width: int) -> int:
+    """Tokens one image of height x width pixels gives the language model after the merger: its patches / m^2."""
+    sizes = spec.sizes("patch_embedding")
+    return sizes.patches(height, width) // sizes.merge_size ** 2
+
+
+def patch_merger(ctx: Ctx) -> list[Op]:
+    spec = ctx.spec
+    D, m = spec.d_model, spec.sizes("patch_embedding").merge_size
+    d_out = spec.sizes("patch_merger").d_out
+    rows = ctx.t // m ** 2  # the merged tokens of every image
+    return [
+        Norm("merger/norm", spec.norm, ctx.t, D),  # ln_q over every patch [T, D]
+        # m x m patches concatenated: x [T / m^2, D m^2] @ W: [D m^2, D m^2]
+        Matmul("merger/up", rows, D * m * m, D * m * m, bias=True),
+        Elementwise("merger/up", "activation", rows * D * m * m, ACTIVATION_FLOPS["gelu"], "gelu"),
+        Matmul("merger/down", rows, D * m * m, d_out, bias=True),  # [T / m^2, D m^2] @ [D m^2, d_out]
+    ]
+
+
+register(BlockKind("patch_merger", patch_merger, in_block=False, sizes=MergerSizes,
+                   reference=f"{__name__}.reference", components=((r"merger\.(norm|up|down)", r"merger/\1"),)))
