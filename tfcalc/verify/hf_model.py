@@ -238,6 +238,13 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         mapping = factory._model_mapping
         if type(config) in mapping:
             return mapping[type(config)]
+    if lm_head:  # a language model no auto class maps (Mllama's mllama_text_model): its module's *ForCausalLM
+        import importlib
+
+        module = importlib.import_module(type(config).__module__.replace(".configuration_", ".modeling_"))
+        for name, cls in vars(module).items():
+            if name.endswith("ForCausalLM") and getattr(cls, "config_class", None) is type(config):
+                return cls
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
@@ -318,9 +325,12 @@ def _route_experts_round_robin(model) -> int:
 
 
 def trace(model, workload: Workload, encoder_decoder: bool,
-          images: tuple[int, tuple[int, int], bool] | None = None) -> tuple[int, dict[str, int], int]:
+          images: tuple[int, tuple[int, int], bool] | None = None,
+          cross: tuple[int, int] | None = None) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
-    (channels, (height, width), whether that is not the config's image size) of a model of images' input."""
+    (channels, (height, width), whether that is not the config's image size) of a model of images' input; `cross`:
+    (tokens, width) of the states a decoder-only model's cross-attention blocks attend to (Mllama's
+    cross_attention_states, the projected vision tokens)."""
     import inspect
 
     import torch
@@ -335,6 +345,8 @@ def trace(model, workload: Workload, encoder_decoder: bool,
     if encoder_decoder:
         src = torch.zeros(workload.batch_size, workload.src_len or workload.seq_len, dtype=torch.long, device="meta")
         inputs = {"input_ids": src, "decoder_input_ids": ids}
+    if cross is not None:  # [B, tokens, hidden_size]
+        inputs["cross_attention_states"] = torch.empty(workload.batch_size, *cross, device="meta")
     if "use_cache" in inspect.signature(model.forward).parameters:
         # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
         # sequences, which reads data (.item() on meta)
@@ -440,9 +452,13 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     from ..counts import count
     from .components import comparable
 
+    from ..arch.builders import cross_keys
+
     path, raw = read_raw(path)
     model_type = raw["model_type"]
     notes: list[str] = []
+    # the tokens a decoder-only model's cross-attention blocks attend to, as the spec given counts them
+    cross = (cross_keys(spec, workload) if spec.cross_attends and not spec.is_encoder_decoder else None)
     nested = getattr(hf, "NESTED", {})
     if model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
         inner_type, key = nested[model_type]
@@ -465,7 +481,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         spec = spec.replace(batch_size=work.batch_size)
     else:
         work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
-                        src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
+                        src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else cross)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
     model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
@@ -474,7 +490,8 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images)
+    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images,
+                                   None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
