@@ -131,7 +131,9 @@ def test_a_multimodal_config_counts_its_language_model_with_its_vision_tokens(tm
                      "vision_output_dim": 64, "intermediate_layers_indices": [0],
                      "supported_aspect_ratios": [[1, 1], [1, 2], [2, 1]]}
     text = {k: v for k, v in tiny().items() if k != "model_type"}
-    config = {"model_type": "mllama", "text_config": text, "vision_config": vision_config}
+    # tie_word_embeddings: MllamaConfig has no such field and no class of it ties the head: read as untied
+    config = {"model_type": "mllama", "text_config": text | {"tie_word_embeddings": True},
+              "vision_config": vision_config, "tie_word_embeddings": True}
     read = read_hf_config(write(tmp_path, config))
     # 2 tiles of (56 / 14)^2 + 1 = 17 tokens
     assert read.spec.sizes("cross_attention").keys == 2 * 17
