@@ -181,3 +181,17 @@ def test_the_preset_is_the_published_language_model(tmp_path):
     assert read.replace(name=spec.name, seq_len=spec.seq_len) == spec
     # one image: 4 tiles of (560 / 14)^2 + 1 = 1601 vision tokens
     assert spec.sizes("cross_attention").keys == 6404
+
+
+@pytest.mark.parametrize("recompute, attention", [("none", "fused"), ("selective", "eager"), ("full", "fused")])
+def test_training_memory_is_memtracker_on_the_reference_model(tmp_path, recompute, attention):
+    """What the gated blocks keep: the vision states once (the kv projection's input), the normed keys, each gate's
+    [T, D] operand and tanh(g); the measured peak too, with as many vision tokens as text tokens."""
+    from tfcalc.verify.memory_check import check_memory
+
+    spec = read_hf_config(write(tmp_path, tiny())).spec
+    report = check_memory(spec, Workload(seq_len=32, src_len=32), "bf16-mixed", "adamw", recompute, "meta", attention)
+    rows = {r.category: r for r in report.rows}
+    for category in ("weights", "gradients", "optimizer states", "master weights", "activations (end of forward)"):
+        assert rows[category].difference == 0, (category, rows[category])
+    assert report.match

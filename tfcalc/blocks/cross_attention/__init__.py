@@ -74,11 +74,12 @@ def cross_attention(ctx: Ctx) -> list[Op]:
         Matmul(ctx.name("cross_attention/out"), t, spec.d_attn, D, bias=spec.bias, split="row",
                linears=(Linear("o", D),)),
     ]
-    if sizes.gated:  # tanh(g) * out: [T, D], and the MLP's own gate (its multiply on the MLP's output [T, D])
+    if sizes.gated:  # tanh(g) * out: [T, D], and the MLP's own gate (its multiply on the MLP's output [T, D]); each
+        # multiply keeps its [T, D] operand for the gate's gradient
         ops += [Table(ctx.name("cross_attention/gate"), 1, 1, "gate"),
-                Elementwise(ctx.name("cross_attention/gate"), "gate", t * D, GATE_FLOPS),
+                Elementwise(ctx.name("cross_attention/gate"), "scalar_gate", t * D, GATE_FLOPS, kept=t * D),
                 Table(ctx.name("cross_attention/mlp_gate"), 1, 1, "gate"),
-                Elementwise(ctx.name("cross_attention/mlp_gate"), "gate", t * D, GATE_FLOPS)]
+                Elementwise(ctx.name("cross_attention/mlp_gate"), "scalar_gate", t * D, GATE_FLOPS, kept=t * D)]
     return sublayer(ctx, "cross_attention", ops)
 
 

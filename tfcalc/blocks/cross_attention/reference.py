@@ -48,7 +48,8 @@ class CrossAttention(nn.Module):
             k = v = x.new_zeros(B, Hkv, src_len, dh)
         else:
             k, v = self.kv(memory).split([Hkv * dh, Hkv * dh], dim=-1)
-            k, v = split_heads(k, Hkv, dh), split_heads(v, Hkv, dh).contiguous()
+            # each its own copy: a norm reading a view of the fused output would keep v's half alive too
+            k, v = split_heads(k, Hkv, dh).contiguous(), split_heads(v, Hkv, dh).contiguous()
             k = (k if self.k_norm is None else self.k_norm(k)).contiguous()
         y = run_core(self.core, self.recompute_core, q, k, v)
         y = self.out(y.transpose(1, 2).reshape(B, N, H * dh))
