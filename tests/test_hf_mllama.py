@@ -195,3 +195,22 @@ def test_training_memory_is_memtracker_on_the_reference_model(tmp_path, recomput
     for category in ("weights", "gradients", "optimizer states", "master weights", "activations (end of forward)"):
         assert rows[category].difference == 0, (category, rows[category])
     assert report.match
+
+
+def test_serving_capacity_is_refused_not_planned_without_the_vision_cache():
+    from tfcalc.plan.serve import serving_capacity
+
+    with pytest.raises(TfcalcError, match="Llama 3.2 Vision's vision tokens', is not modelled"):
+        serving_capacity(load_preset("llama3.2-11b-vision"), "h100")
+
+
+def test_inference_memory_keeps_the_vision_keys_once_per_sequence():
+    from tfcalc.plan.memory import inference_memory
+
+    spec = load_preset("llama3.2-11b-vision")
+    plan = inference_memory(spec, Workload(phase="decode", batch_size=4, seq_len=1, context=8192))
+    # bf16: 32 self-attention blocks of 4 x 8,193 tokens and 8 cross-attention blocks of 4 x 6,404 vision tokens,
+    # 8 key/value heads of 128, keys and values
+    assert plan.kv_cache["attention"] == 32 * 4 * 8193 * 8 * 256 * 2
+    assert plan.kv_cache["cross_attention"] == 8 * 4 * 6404 * 8 * 256 * 2
+    assert plan.kv_bytes_per_token == 32 * 8 * 256 * 2

@@ -189,6 +189,11 @@ def describe_workload(w, spec=None) -> str:
     model without an LM head says so instead of where the head scores."""
     src = f", encoder {w.src_len:,} tokens" if w.src_len is not None and w.phase != "decode" else (
         f", encoder output of {w.src_len:,} cached" if w.src_len is not None else "")
+    if spec is not None and spec.cross_attends and not spec.is_encoder_decoder:  # Llama 3.2 Vision's vision tokens
+        from .arch.builders import cross_keys
+
+        keys = cross_keys(spec, w)
+        src = f", {keys:,} cross-attended tokens" + (" (their keys and values cached)" if w.phase == "decode" else "")
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
     if w.context:
         new += f" against {w.context:,} cached ({w.keys:,} keys)"
