@@ -4,6 +4,7 @@ forwards with cross_attention_states of the right shape, a prefill and a decode 
 the check against transformers per component, the reference model's gated cross-attention blocks, refusals by field
 name, and the llama3.2-11b-vision preset pinned to the class built from the published text_config."""
 
+import re
 import warnings
 
 import pytest
@@ -226,3 +227,23 @@ def test_the_parallel_check_refuses_what_it_cannot_shard(tmp_path):
     for layout, flag in ((Layout(tp=2), "--tp 2"), (Layout(pp=2), "--pp 2")):
         with pytest.raises(TfcalcError, match=f"{flag}: the parallel check shards"):
             check_memory(spec, work, "bf16-mixed", "adamw", "none", "meta", "eager", layout=layout)
+
+
+@pytest.mark.parametrize("kinds, pattern, message", [
+    ({}, ["attention+mlp", "cross_attention+mlp"], "give kinds.cross_attention.keys"),
+    ({"cross_attention": {"keys": 8, "gated": True}}, ["attention+mlp", "cross_attention"],
+     "kinds.cross_attention.gated=True gates the block's MLP too"),
+    ({"cross_attention": {"keys": 0}}, ["cross_attention+mlp"], "kinds.cross_attention.keys=0"),
+])
+def test_a_spec_with_cross_attention_blocks_is_refused_by_field(kinds, pattern, message):
+    from tfcalc import ModelSpec
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ModelSpec(n_layers=2, d_model=64, n_heads=4, vocab_size=96, seq_len=8, block_pattern=pattern, kinds=kinds)
+
+
+def test_embedding_rows_need_an_untied_head():
+    from tfcalc import ModelSpec
+
+    with pytest.raises(ValueError, match="embedding_rows=104 .* not modelled with tie_embeddings=True"):
+        ModelSpec(n_layers=2, d_model=64, n_heads=4, vocab_size=96, seq_len=8, embedding_rows=104)
