@@ -130,7 +130,7 @@ def test_sizes_are_the_kinds_own_with_its_defaults():
     (dict(kinds={"conv": {"kernel": "3"}}), "kinds.conv.kernel='3': Input should be a valid integer"),
     (dict(kinds={"conv": {"kernel": 3}}, block_pattern=["attention+mlp"]),
      "kinds.conv={'kernel': 3}: no block of the block_pattern is 'conv'"),
-    (dict(kinds={"rwkv": {"d_state": 16}}), "kinds.rwkv: not a block kind with sizes of its own (those are: conv"),
+    (dict(kinds={"rwkv": {"d_state": 16}}), "kinds.rwkv: not a block kind with sizes of its own (those are: cross_attention, conv"),
     (dict(causal=False), "block_pattern has 'conv' blocks, a causal convolution: set causal=true"),
 ])
 def test_bad_sizes_are_refused_by_field_and_value(changes, message):

@@ -246,8 +246,11 @@ def test_the_layouts_chosen(screens):
     assert "narrow terminal" not in wide and "89,060,441,849,856" in wide and "█" in wide
     assert "│ attention/qkv      │  43,490,082,816 │    24.9% │       1.78e14 │   24.2% │" in narrow
     presets = ANSI.sub("", screens[("presets", 80)])
-    assert "(narrow terminal: source under the table)" in presets
-    assert "bart-base: Lewis et al. 2020; Hugging Face facebook/bart-base config.json;" in presets
+    # the longest preset name (llama3.2-11b-vision, 19 characters) and the longest word of a description
+    # (DeepSeek-V3.2-Exp) leave the table, its source under it, one column too wide for 80: one block per row
+    assert "(narrow terminal: one block per row)" in presets
+    assert "bart-base: model BART base  params 139.4M  seq_len 1,024  forward FLOPs 3.40e11" in presets
+    assert "  source Lewis et al. 2020; Hugging Face facebook/bart-base config.json;" in presets
 
 
 def test_no_color_means_no_ansi_codes(screens):

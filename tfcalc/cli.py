@@ -304,7 +304,8 @@ ContextOpt = Annotated[Optional[int], typer.Option("--context", parser=_integer,
     "Tokens per sequence already in the KV cache (decode default: seq_len - 1; prefill: 0)."))]
 SrcLenOpt = Annotated[Optional[int], typer.Option("--src-len", parser=_integer, metavar="INT",
                                                   rich_help_panel=_WORKLOAD, help=(
-    "Encoder tokens per sequence (encoder-decoder; default seq_len)."))]
+    "Encoder tokens per sequence (encoder-decoder; default seq_len), or the tokens a decoder-only model's "
+    "cross_attention blocks attend to (Llama 3.2 Vision's vision tokens; default kinds.cross_attention.keys)."))]
 TgtLenOpt = Annotated[Optional[int], typer.Option("--tgt-len", parser=_integer, metavar="INT",
                                                   rich_help_panel=_WORKLOAD, help=(
     "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)."))]
@@ -481,7 +482,8 @@ SweepContextOpt = Annotated[Optional[str], typer.Option("--context", parser=_siz
     "Tokens per sequence already in the KV cache (decode default: seq_len - 1; prefill: 0)." + _SWEEPS))]
 SweepSrcLenOpt = Annotated[Optional[str], typer.Option("--src-len", parser=_sizes, metavar="INT|LIST",
                                                        rich_help_panel=_WORKLOAD, help=(
-    "Encoder tokens per sequence (encoder-decoder; default seq_len)." + _SWEEPS))]
+    "Encoder tokens per sequence (encoder-decoder; default seq_len), or the tokens a decoder-only model's "
+    "cross_attention blocks attend to (Llama 3.2 Vision's vision tokens; default kinds.cross_attention.keys)." + _SWEEPS))]
 SweepTgtLenOpt = Annotated[Optional[str], typer.Option("--tgt-len", parser=_sizes, metavar="INT|LIST",
                                                        rich_help_panel=_WORKLOAD, help=(
     "Decoder tokens per sequence (encoder-decoder; the same as --seq-len)." + _SWEEPS))]

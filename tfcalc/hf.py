@@ -260,7 +260,9 @@ def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, not
         raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
     if inner.get("model_type", inner_type) != inner_type:
         raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
-    outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
+    # the outer vision_config too: a language model whose family reads it takes the cross-attended vision tokens'
+    # number from it (Llama 3.2 Vision); a family that does not type it does not read it
+    outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path", "vision_config") if k in raw}
     if "tie_word_embeddings" in inner and "tie_word_embeddings" not in raw:
         notes.append(f"{key}.tie_word_embeddings={show(inner['tie_word_embeddings'])} not read: transformers ties "
                      f"the head by the outer tie_word_embeddings (absent: {model_type}'s default)")

@@ -197,6 +197,11 @@ def describe_workload(w, spec=None) -> str:
     model without an LM head says so instead of where the head scores."""
     src = f", encoder {w.src_len:,} tokens" if w.src_len is not None and w.phase != "decode" else (
         f", encoder output of {w.src_len:,} cached" if w.src_len is not None else "")
+    if spec is not None and spec.cross_attends and not spec.is_encoder_decoder:  # Llama 3.2 Vision's vision tokens
+        from .arch.builders import cross_keys
+
+        keys = cross_keys(spec, w)
+        src = f", {keys:,} cross-attended tokens" + (" (their keys and values cached)" if w.phase == "decode" else "")
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
     if w.context:
         new += f" against {w.context:,} cached ({w.keys:,} keys)"
@@ -1059,7 +1064,12 @@ def hf_check_table(report) -> Table:
     keep = [0, 1, 3] if report.traced else [j for j in range(len(columns))
                                             if j != 5 or any(row[5] not in ("", "0") for row in rows)]
     w = report.workload
-    tokens = f"B={w.batch_size}, {w.seq_len:,} tokens" + (f", {w.src_len:,} encoder tokens" if w.src_len else "")
+    from .hf import ENCODER_DECODER, SUPPORTED
+
+    # a decoder-only model tfcalc reads that cross-attends (Llama 3.2 Vision: its vision tokens); else an encoder's
+    decoder_only = report.model_type in SUPPORTED and report.model_type not in ENCODER_DECODER
+    source = "cross-attended" if decoder_only else "encoder"
+    tokens = f"B={w.batch_size}, {w.seq_len:,} tokens" + (f", {w.src_len:,} {source} tokens" if w.src_len else "")
     caption = (f"{report.model_class} built from the config on the meta device; parameters: sum(numel), tied "
                f"weights once; forward: FlopCounterMode over one eager forward ({tokens}), 2 FLOPs per "
                "multiply-add" + ("; difference = transformers - analytic." if 5 in keep else "."))

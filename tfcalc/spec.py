@@ -139,6 +139,10 @@ class ModelSpec(BaseModel):
     mlp_bias: bool | None = Field(None, description="Biases on the MLP and expert linears; default: same as bias.")
     tie_embeddings: bool = Field(True, description="LM head shares the token embedding matrix.")
     lm_head: bool = Field(True, description="A vocabulary projection at the end (false for a bare encoder).")
+    embedding_rows: Size | None = Field(
+        None, description="Rows of the token table when they are not vocab_size (Llama 3.2 Vision's language model: "
+                          "vocab_size + 8); the LM head keeps vocab_size outputs. Only with an untied head, in a "
+                          "decoder- or encoder-only model. None: vocab_size.")
     head_bias: bool = Field(False, description="A bias [V] on the untied LM head (GPT-J, Phi).")
 
     # positions
@@ -510,6 +514,12 @@ class ModelSpec(BaseModel):
         if self.head_bias and (not self.lm_head or self.tie_embeddings):
             problems.append(f"head_bias=True needs an untied LM head (lm_head=True, tie_embeddings=False), got "
                             f"lm_head={self.lm_head}, tie_embeddings={self.tie_embeddings}")
+        if self.embedding_rows is not None:
+            for field, bad in (("tie_embeddings", self.tie_embeddings and self.lm_head),
+                               ("n_encoder_layers", self.n_encoder_layers), ("inputs", self.inputs != "tokens")):
+                if bad:
+                    problems.append(f"embedding_rows={self.embedding_rows} (a token table of its own size) is not "
+                                    f"modelled with {field}={getattr(self, field)!r}")
         if self.d_pooler is not None and not self.pooler:
             problems.append(f"d_pooler={self.d_pooler} needs pooler=True")
         if self.n_classes is not None and self.lm_head:
@@ -912,6 +922,13 @@ class ModelSpec(BaseModel):
     @property
     def is_encoder_decoder(self) -> bool:
         return self.n_encoder_layers > 0
+
+    @property
+    def cross_attends(self) -> bool:
+        """Some blocks attend to another sequence (src_len of its tokens): an encoder-decoder's decoder, or a
+        block_pattern's cross_attention blocks (Llama 3.2 Vision's gated cross-attention to the vision tokens)."""
+        return self.is_encoder_decoder or any("cross_attention" in block.split("+")
+                                              for block in (self.block_pattern or ())[:self.n_layers])
 
     @property
     def tokens(self) -> int:

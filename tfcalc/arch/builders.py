@@ -71,8 +71,9 @@ class Ctx:
 
     @property
     def src(self) -> int:
-        """Encoder tokens per sequence (the keys of cross-attention)."""
-        return self.workload.src_len or self.workload.seq_len
+        """The keys of cross-attention per sequence: the encoder's tokens, or a decoder-only model's cross-attended
+        tokens (Llama 3.2 Vision's vision tokens): `cross_keys`."""
+        return cross_keys(self.spec, self.workload)
 
     def name(self, component: str) -> str:
         return self.stack.prefix(component)
@@ -82,6 +83,16 @@ class Ctx:
         """This block's self-attention: (d_head, key/value heads, values are the keys); a global block's may
         differ (Gemma 4)."""
         return self.spec.attention_shape(self.layer is not None and self.layer.window is not None)
+
+
+def cross_keys(spec: ModelSpec, workload: Workload) -> int:
+    """Tokens per sequence cross-attention attends to: the workload's src_len, else an encoder-decoder's encoder runs
+    over seq_len tokens and a decoder-only model's blocks attend to its `kinds.cross_attention.keys`."""
+    if workload.src_len is not None:
+        return workload.src_len
+    if spec.is_encoder_decoder:
+        return workload.seq_len
+    return spec.sizes("cross_attention").keys
 
 
 Builder = Callable[[Ctx], list[Op]]

@@ -120,9 +120,9 @@ def default_workload(spec: ModelSpec) -> Workload:
 def validate(spec: ModelSpec, workload: Workload) -> None:
     """Refuse a workload the model cannot run, naming the field and the value."""
     problems = []
-    if workload.src_len is not None and not spec.is_encoder_decoder:
-        problems.append(f"src_len={workload.src_len}: only an encoder-decoder has an encoder input "
-                        f"({spec.label} has n_encoder_layers=0)")
+    if workload.src_len is not None and not spec.cross_attends:
+        problems.append(f"src_len={workload.src_len}: only an encoder-decoder (or a model with cross_attention "
+                        f"blocks) has an encoder input ({spec.label} has n_encoder_layers=0)")
     if not spec.causal and workload.phase != "train":
         problems.append(f"phase={workload.phase!r}: {spec.label} is a bidirectional encoder; it has no KV cache "
                         "to prefill or decode (use phase='train' for a forward over whole sequences)")

@@ -35,7 +35,8 @@ from ..errors import TfcalcError
 SOFTMAX_PER_SCORE = 6  # scale, max, subtract, exp, sum, divide
 # mean/var (or mean square), normalise, affine (a layer norm without bias: no add)
 NORM_PER_ELEMENT = {"layernorm": 8, "layernorm_no_bias": 7, "rmsnorm": 4}
-NON_MATMUL_KIND = {"activation": "activations", "gate": "activations", "residual": "residual",
+NON_MATMUL_KIND = {"activation": "activations", "gate": "activations", "scalar_gate": "activations",
+                   "residual": "residual",
                    "routing": "moe/routing"}
 STAT_BYTES = 4  # a norm's per-row statistics, the loss and a fused attention's logsumexp are fp32
 # how the attention cores run in a train step: "fused" (FlashAttention, torch SDPA's flash and memory-efficient
@@ -852,7 +853,9 @@ class Elementwise(_NoMatmul, Record):
     input's act(gate) * its slice: 1). `kept`: the elements a gate's multiplies keep (kind "gate")."""
 
     component: str
-    kind: str  # "activation", "gate" (a multiply by a gate: LFM2's short convolution), "residual", "routing"
+    # "activation", "gate" (a multiply by a gate: LFM2's short convolution), "scalar_gate" (a whole [T, D] output
+    # times one learned scalar's tanh: Llama 3.2 Vision's gated cross-attention), "residual", "routing"
+    kind: str
     elements: int
     flops_each: int
     function: str = ""
@@ -887,6 +890,9 @@ class Elementwise(_NoMatmul, Record):
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
         if self.kind == "gate":  # what its multiplies keep (LFM2's: the input projection's output B, C, x)
             return {"gates": par.part(self.kept * a, par.tp)} if self.kept else {}
+        if self.kind == "scalar_gate":  # tanh(g) * h keeps h (for g's gradient), whole on every tensor-parallel GPU
+            # unless sequence-parallel, and tanh(g), one element (for h's)
+            return {"gates": par.part(self.kept * a, par.whole) + a} if self.kept else {}
         if self.kind != "activation":
             return {}
         # the activation keeps its input (relu: its output, which the next op keeps anyway), and the multiply

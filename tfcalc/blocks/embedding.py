@@ -14,7 +14,8 @@ def embedding(ctx: Ctx) -> list[Op]:
     D = spec.d_embedding or spec.d_model  # ALBERT's factorised embedding: E-wide tables, then E -> D
     ops: list[Op] = []
     if not (spec.is_encoder_decoder and spec.shared_embeddings):
-        ops.append(Table(ctx.name("embedding/token"), spec.vocab_size, D, tokens=ctx.t))  # [V, D]
+        # [V, D] (Llama 3.2 Vision's: [V + 8, D], embedding_rows)
+        ops.append(Table(ctx.name("embedding/token"), spec.embedding_rows or spec.vocab_size, D, tokens=ctx.t))
     if spec.positions == "learned":
         ops.append(Table(ctx.name("embedding/position"), spec.max_positions, D, "position"))  # [P, D]
     if spec.positions == "relative":  # T5: one bucket table in the stack's first block, shared by the rest

@@ -131,7 +131,8 @@ def _measure(spec: ModelSpec) -> tuple[int, int, int] | None:
         return None
 
     def at(n: int) -> tuple[int, int, int]:
-        workload = Workload(seq_len=n, src_len=n if spec.is_encoder_decoder else None)
+        # N source tokens too where blocks cross-attend (an encoder's, or Llama 3.2 Vision's vision tokens)
+        workload = Workload(seq_len=n, src_len=n if spec.cross_attends else None)
         return _families(build(spec, workload))
 
     (lin1, quad1, m), (lin2, quad2, m2) = at(1), at(2)
@@ -140,7 +141,7 @@ def _measure(spec: ModelSpec) -> tuple[int, int, int] | None:
 
 
 def crossover(spec: ModelSpec, inv: Inventory) -> Crossover:
-    """Per sequence of N tokens (and, in an encoder-decoder, N source tokens): attention(N) = a N + b N^2 and
+    """Per sequence of N tokens (and, in an encoder-decoder or where blocks cross-attend, N source tokens): attention(N) = a N + b N^2 and
     MLP(N) = m N, so attention >= MLP from N = (m - a) / b. a, b and m are read off the exact counts of one
     sequence at N = 1 and N = 2 (of a multimodal model's text tower: the language model's tokens); the shares are
     those of `inv`'s forward, the workload counted (every tower's)."""

@@ -229,9 +229,10 @@ def serving_capacity(spec: ModelSpec, gpu: Gpu | str, context: int | None = None
         gpu = lookup(gpu)
     elif not isinstance(gpu, Gpu):
         raise TfcalcError(f"gpu={gpu!r}: expected a tfcalc.plan.gpus.Gpu or a GPU's name ('h100', 'mi300x')")
-    if not spec.causal or spec.is_encoder_decoder:
-        raise TfcalcError(f"{spec.label}: serving capacity is planned for decoder-only models (an encoder keeps no "
-                          "KV cache; an encoder-decoder's cross-attention cache is not modelled)")
+    if not spec.causal or spec.cross_attends:
+        raise TfcalcError(f"{spec.label}: serving capacity is planned for decoder-only models without "
+                          "cross-attention (an encoder keeps no KV cache; a cross-attention cache, an "
+                          "encoder-decoder's or Llama 3.2 Vision's vision tokens', is not modelled)")
     utilization = _fraction("gpu_memory_utilization", gpu_memory_utilization)
     if not 0 < utilization <= 1:
         raise TfcalcError(f"gpu_memory_utilization={gpu_memory_utilization!r}: expected a fraction in (0, 1]")

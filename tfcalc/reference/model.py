@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..arch import Layer, Stack, Workload, default_workload, stacks
-from ..arch.builders import KINDS
+from ..arch.builders import KINDS, cross_keys
 from ..spec import ModelSpec
 from .layers import RMSNorm, make_norm, rotary_tables
 
@@ -57,7 +57,7 @@ class Embedding(nn.Module):
     def __init__(self, spec: ModelSpec, own_token_table: bool, n_layers: int = 0):
         super().__init__()
         D = spec.d_embedding or spec.d_model
-        self.token = nn.Embedding(spec.vocab_size, D) if own_token_table else None
+        self.token = nn.Embedding(spec.embedding_rows or spec.vocab_size, D) if own_token_table else None
         self.position = nn.Embedding(spec.max_positions, D) if spec.positions == "learned" else None
         self.token_type = nn.Embedding(spec.n_token_types, D) if spec.n_token_types else None
         self.norm = make_norm(spec, D) if spec.embedding_norm else None
@@ -323,7 +323,13 @@ class Transformer(nn.Module):
             x = self.decoder(inputs[-1], context=w.context, table=table, memory=memory, src_len=w.src_len or 0)
         else:
             keep = w.scored if w.phase == "prefill" and self.spec.kv_shared_layers else 0
-            x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep)
+            memory, src_len = None, 0
+            if self.spec.cross_attends:  # the cross-attended tokens (Llama 3.2 Vision's projected vision states):
+                src_len = cross_keys(self.spec, w)  # an input of d_model, zeros (the shapes are what is counted);
+                if w.phase != "decode":  # in decode their keys and values come from the cache
+                    memory = inputs[0].new_zeros(w.batch_size, src_len, self.spec.d_model, dtype=self.head_dtype())
+            x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep,
+                               memory=memory, src_len=src_len)
         for name in self.outputs:
             x = reference(name).forward(self, x)
         out = x if self.head is None else self.head(x[:, x.shape[1] - w.scored:])
@@ -349,6 +355,11 @@ def image_grid(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
     sizes = spec.sizes("patch_embedding")
     H, W = workload.image_size or (sizes.height, sizes.width)
     return H // sizes.patch_size, W // sizes.patch_size
+
+
+    def head_dtype(self) -> torch.dtype:
+        """The dtype of the model's parameters (the cross-attended states are made in it)."""
+        return next(self.parameters()).dtype
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,

@@ -273,6 +273,13 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
     cls = getattr(transformers, type(config).__name__.removesuffix("Config") + "Model", None)
     if cls is not None and getattr(cls, "config_class", None) is type(config):
         return cls
+    if lm_head:  # a language model no auto class maps (Mllama's mllama_text_model): its module's *ForCausalLM
+        import importlib
+
+        module = importlib.import_module(type(config).__module__.replace(".configuration_", ".modeling_"))
+        for name, cls in vars(module).items():
+            if name.endswith("ForCausalLM") and getattr(cls, "config_class", None) is type(config):
+                return cls
     own = _own_class(config)  # (Qwen2-VL's vision config): its modeling module's one class for it
     if own is not None:
         return own
@@ -381,14 +388,16 @@ def _route_experts_round_robin(model) -> int:
 
 def trace(model, workload: Workload, encoder_decoder: bool,
           images: tuple[int, tuple[int, int], bool, int] | None = None, mel_bins: int | None = None,
-          inputs: dict | None = None, patches: tuple[int, int, int, tuple[int, int]] | None = None
-          ) -> tuple[int, dict[str, int], int]:
+          inputs: dict | None = None, patches: tuple[int, int, int, tuple[int, int]] | None = None,
+          cross: tuple[int, int] | None = None) -> tuple[int, dict[str, int], int]:
     """(total FLOPs, each module's own FLOPs by path, FLOPs outside any submodule) of one forward on meta; `images`:
     (channels, (height, width), whether that is not the config's image size, the patch's side) of a model of images'
     input; `mel_bins`: a model of audio's, its encoder reading [B, mel_bins, workload.mel_frames]; `inputs`: the
     forward's inputs, given whole (a multimodal model's); `patches`: (channels, temporal patch, patch, (height,
     width)) of a vision tower that reads its images as the Qwen2-VL processor lays them out, pixel_values
-    [patches, C*T*p*p] and grid_thw [images, 3] (each row 1, H/p, W/p)."""
+    [patches, C*T*p*p] and grid_thw [images, 3] (each row 1, H/p, W/p); `cross`: (tokens, width) of the states a
+    decoder-only model's cross-attention blocks attend to (Mllama's cross_attention_states, the projected vision
+    tokens)."""
     import inspect
 
     import torch
@@ -417,6 +426,8 @@ def trace(model, workload: Workload, encoder_decoder: bool,
         mel = torch.empty(workload.batch_size, mel_bins, workload.mel_frames, device="meta",
                           dtype=next(model.parameters()).dtype)  # in the model's dtype (a config's torch_dtype)
         inputs = {"input_features": mel, "decoder_input_ids": ids}
+    if cross is not None:  # [B, tokens, hidden_size]
+        inputs["cross_attention_states"] = torch.empty(workload.batch_size, *cross, device="meta")
     if "use_cache" in inspect.signature(model.forward).parameters:
         # a cache, even unused: without one (and without a mask) transformers inspects position ids for packed
         # sequences, which reads data (.item() on meta)
@@ -548,9 +559,13 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     from ..counts import count
     from .components import comparable
 
+    from ..arch.builders import cross_keys
+
     path, raw = read_raw(path)
     model_type = raw["model_type"]
     notes: list[str] = []
+    # the tokens a decoder-only model's cross-attention blocks attend to, as the spec given counts them
+    cross = (cross_keys(spec, workload) if spec.cross_attends and not spec.is_encoder_decoder else None)
     nested = getattr(hf, "NESTED", {})
     family = registry.family(model_type) if model_type in registry.REGISTRY else None
     if family is not None and family.towers and spec.towers:
@@ -594,7 +609,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         spec = spec.replace(batch_size=work.batch_size)
     else:
         work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
-                        src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
+                        src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else cross)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
     # a family that reads `architectures` (its types name it) counts the class it names: build that one
@@ -607,7 +622,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
     total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
-                                   patches=patches)
+                                   patches=patches, cross=None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name

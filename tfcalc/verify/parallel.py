@@ -159,6 +159,11 @@ def measure_parallel_memory(spec: ModelSpec, workload: Workload | None = None, p
     if spec.is_encoder_decoder or spec.shared_blocks is not None or spec.is_moe:
         raise TfcalcError(f"{spec.label}: the parallel check shards decoder-only models of dense blocks (no "
                           "encoder-decoder, shared blocks or experts)")
+    if spec.cross_attends and (layout.tp > 1 or layout.pp > 1):
+        flag = f"--tp {layout.tp}" if layout.tp > 1 else f"--pp {layout.pp}"
+        raise TfcalcError(f"{flag}: the parallel check shards self-attention and MLP blocks and its pipeline stages "
+                          f"carry no cross-attended states: {spec.label}'s cross_attention blocks are not measured "
+                          "under it yet (--dp and --zero are)")
     if layout.pp > 1 and (layout.tp > 1 or layout.dp > 1):
         raise TfcalcError(f"--pp {layout.pp}: the parallel check runs pipelining alone (no --dp or --tp beside it)")
     if layout.dp > 1 and layout.zero < 2 and layout.tp > 1:

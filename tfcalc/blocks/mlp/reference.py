@@ -36,4 +36,6 @@ def call(block: nn.Module, h: torch.Tensor, env) -> torch.Tensor:
 
 
 def forward(block: nn.Module, x: torch.Tensor, env) -> torch.Tensor:
-    return block.normed("mlp", block.mlp, x)
+    # a gated cross-attention block (Llama 3.2 Vision) scales the MLP's output by its tanh gate
+    gate = getattr(getattr(block, "cross_attention", None), "mlp_gate", None)
+    return block.normed("mlp", block.mlp if gate is None else (lambda h: gate(block.mlp(h))), x)
