@@ -347,6 +347,10 @@ class Transformer(nn.Module):
         return (out, *pooled, *(() if self.classifier is None else (self.classifier(first),)), *attended,
                 *projected)
 
+    def head_dtype(self) -> torch.dtype:
+        """The dtype of the model's parameters (the cross-attended states are made in it)."""
+        return next(self.parameters()).dtype
+
 
 def image_grid(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
     """A model of images' patch grid (rows, columns) on the workload's images (default: the model's)."""
@@ -355,11 +359,6 @@ def image_grid(spec: ModelSpec, workload: Workload) -> tuple[int, int] | None:
     sizes = spec.sizes("patch_embedding")
     H, W = workload.image_size or (sizes.height, sizes.width)
     return H // sizes.patch_size, W // sizes.patch_size
-
-
-    def head_dtype(self) -> torch.dtype:
-        """The dtype of the model's parameters (the cross-attended states are made in it)."""
-        return next(self.parameters()).dtype
 
 
 def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,

@@ -269,10 +269,6 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         mapping = factory._model_mapping
         if type(config) in mapping:
             return mapping[type(config)]
-    # a tower no Auto class maps (SiglipTextConfig): the model class its config class is named for
-    cls = getattr(transformers, type(config).__name__.removesuffix("Config") + "Model", None)
-    if cls is not None and getattr(cls, "config_class", None) is type(config):
-        return cls
     if lm_head:  # a language model no auto class maps (Mllama's mllama_text_model): its module's *ForCausalLM
         import importlib
 
@@ -280,6 +276,10 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         for name, cls in vars(module).items():
             if name.endswith("ForCausalLM") and getattr(cls, "config_class", None) is type(config):
                 return cls
+    # a tower no Auto class maps (SiglipTextConfig): the model class its config class is named for
+    cls = getattr(transformers, type(config).__name__.removesuffix("Config") + "Model", None)
+    if cls is not None and getattr(cls, "config_class", None) is type(config):
+        return cls
     own = _own_class(config)  # (Qwen2-VL's vision config): its modeling module's one class for it
     if own is not None:
         return own
