@@ -193,27 +193,30 @@ _WORKLOAD_FIELDS = {"name", "seq_len", "batch_size"}
 
 
 def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
-                overrides: dict | None = None) -> tuple[dict, ModelSpec]:
+                overrides: dict | None = None, wrapper: dict | None = None) -> tuple[dict, ModelSpec]:
     """The config transformers builds, with the spec's block counts (-L) written in, and the spec tfcalc reads from
     that same config: both sides count one architecture. Other overrides cannot be written into a config; they are
-    named in a note and the config's own values are compared."""
+    named in a note and the config's own values are compared. `wrapper`: the multimodal config whose language model
+    `raw` is; the counts are written into it too (`wrapper` is updated in place), where its class reads them."""
     from ..hf import read_hf_config
 
     model_type = raw["model_type"]
     base = read_hf_config(path).spec
     raw = dict(raw)
-    changed = []
+    changed, written_in = [], {}
     for key, field_name in _layer_keys(registry.family(model_type), raw).items():
         if getattr(spec, field_name) != getattr(base, field_name):
-            raw[key] = getattr(spec, field_name)
+            raw[key] = written_in[key] = getattr(spec, field_name)
             changed.append(f"{key}={raw[key]}")
             if isinstance(raw.get("layer_types"), list) and field_name == "n_layers":
-                raw["layer_types"] = raw["layer_types"][:raw[key]]
+                raw["layer_types"] = written_in["layer_types"] = raw["layer_types"][:raw[key]]
     if changed:
         notes.append(f"transformers' model built with {', '.join(changed)} (from the layer override)")
+        if wrapper is not None:
+            _write_text_fields(wrapper, written_in)
         with tempfile.TemporaryDirectory() as folder:
             written = Path(folder) / "config.json"
-            written.write_text(json.dumps(raw))
+            written.write_text(json.dumps(wrapper if wrapper is not None else raw))
             base = read_hf_config(written).spec.replace(name=base.name)
     given = ModelSpec.model_fields if overrides is None else overrides  # the flags given, when known
     ignored = sorted(k for k in given if k not in _WORKLOAD_FIELDS and getattr(spec, k) != getattr(base, k))
@@ -224,6 +227,19 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
     return raw, base
 
 
+def _write_text_fields(wrapper: dict, fields: dict) -> None:
+    """`fields` written into a multimodal config where its class reads its language model's: its text_config, else
+    the top level (a class that reads them there), else a text_config of the fields it builds when none is given."""
+    f = registry.family(wrapper["model_type"])
+    key, w = f.nested[1], f.wrapper
+    if isinstance(wrapper.get(key), dict):
+        wrapper[key] = {**wrapper[key], **fields}
+    elif w.at_top:
+        wrapper.update(fields)
+    else:
+        wrapper[key] = {**w.absent, **fields}
+
+
 # ---- building and tracing ------------------------------------------------------------------------------------------
 
 def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False):
@@ -232,8 +248,9 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
         auto = [transformers.AutoModelForImageClassification, *auto]
     elif encoder_decoder:
         auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
-    elif lm_head:
-        auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, *auto]
+    elif lm_head:  # a multimodal config's generation class: AutoModelForImageTextToText's (Voxtral: Seq2SeqLM's)
+        auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM,
+                transformers.AutoModelForImageTextToText, *auto]
     for factory in auto:
         mapping = factory._model_mapping
         if type(config) in mapping:
@@ -260,6 +277,26 @@ def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classi
     model.eval()
     routed = _route_experts_round_robin(model)
     return model, routed
+
+
+def build_language_model(raw: dict):
+    """The language model and lm_head of transformers' generation class of the multimodal config `raw`, built whole
+    on meta (eager attention, eager experts): a module whose `model` is that language model (get_decoder) and whose
+    `lm_head` is the class's own (tied to the token embedding as the class ties it), named as a causal LM's."""
+    import torch
+
+    model, _ = build(raw)
+
+    class LanguageModel(torch.nn.Module):
+        def __init__(self, decoder, head):
+            super().__init__()
+            self.model, self.lm_head = decoder, head
+
+        def forward(self, input_ids, use_cache=None):
+            return self.lm_head(self.model(input_ids=input_ids, use_cache=use_cache).last_hidden_state)
+
+    view = LanguageModel(model.get_decoder(), model.get_output_embeddings()).eval()
+    return view, _route_experts_round_robin(view)
 
 
 def _round_robin_experts(self, hidden_states, top_k_index, top_k_weights):
@@ -443,16 +480,15 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     path, raw = read_raw(path)
     model_type = raw["model_type"]
     notes: list[str] = []
-    nested = getattr(hf, "NESTED", {})
-    if model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
-        inner_type, key = nested[model_type]
-        outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
-        inner = {k: v for k, v in (raw.get(key) or {}).items() if k != "tie_word_embeddings"}  # the outer flag ties
-        raw = {**inner, **outer, "model_type": inner_type}
-        notes.append(f"{model_type}: transformers' language model built from {key} ({inner_type}), as tfcalc reads "
-                     "it; the vision tower and the projector are left out on both sides")
-        model_type = inner_type
-    raw, spec = _config_for(path, raw, spec, notes, overrides)
+    wrapper = None
+    if registry.family(model_type).nested is not None:  # a multimodal config: its language model, as tfcalc reads it
+        wrapper, inner_raw = raw, hf.language_model(raw, model_type, path, [])[0]
+        key = registry.family(model_type).nested[1]
+        notes.append(f"{model_type}: transformers' generation class built from the whole config; its language model "
+                     f"and lm_head compared ({inner_raw['model_type']}, from {key}), the other towers and the "
+                     "projector left out on both sides")
+        raw, model_type = inner_raw, inner_raw["model_type"]
+    raw, spec = _config_for(path, raw, spec, notes, overrides, wrapper)
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
@@ -468,8 +504,11 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                         src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else None)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
-    model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
-                             classifier=spec.n_classes is not None)
+    if wrapper is not None:
+        model, routed = _guarded(path, build_language_model, wrapper)
+    else:
+        model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
+                                 classifier=spec.n_classes is not None)
     if routed:
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
