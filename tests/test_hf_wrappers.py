@@ -5,6 +5,7 @@ tied weights once) and one forward (FlopCounterMode over its language model then
 and `check --hf-config` all MATCH. Which flag ties lm_head is held against the built class for every combination of
 the outer and the inner flag."""
 
+import dataclasses
 import json
 import warnings
 
@@ -14,7 +15,7 @@ import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count
-from tfcalc.families.registry import family
+from tfcalc.families.registry import REGISTRY, family
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
@@ -236,3 +237,13 @@ def test_heads_are_hidden_over_heads_wide_whatever_head_dim_says(tmp_path, model
     spec = read_hf_config(write(tmp_path, config)).spec
     assert spec.d_model // spec.n_heads == 16 and spec.d_head in (None, 16)
     assert count(spec).params.total == language_model_params(generation_class(config))
+
+
+@pytest.mark.parametrize("model_type", [t for t in REGISTRY if family(t).inner_only])
+def test_a_wrappers_own_text_type_has_its_config_classs_defaults(model_type):
+    # qwen2_vl_text, ...: the defaults tfcalc lays under a text_config are transformers' text config class's (the
+    # class declares no tie flag where the wrapper's alone ties: tfcalc's is never read, the wrapper's is written)
+    declared = {f.name: f.default for f in dataclasses.fields(transformers.CONFIG_MAPPING[model_type])}
+    own = {k: v for k, v in family(model_type).defaults.items() if k != "tie_word_embeddings"}
+    assert own == {k: declared[k] for k in own}
+    assert "tie_word_embeddings" not in declared or model_type == "qwen3_vl_moe_text"  # its True is never read

@@ -244,7 +244,11 @@ def language_model(raw: dict, model_type: str, path: Path, notes: list[str]) -> 
         if inner_type != named:
             notes.append(f"{key}.model_type={show(named)} read as {inner_type!r}, as {model_type}'s config class "
                          "renames it")
-    inner = {k: v for k, v in inner.items() if k != "tie_word_embeddings"}
+    flags = {a for a, target in registry.family(inner_type).aliases.items() if target == "tie_word_embeddings"}
+    for name in sorted(flags & set(inner)):  # the language model's own names for the flag (LFM2's tie_embedding)
+        notes.append(f"{key}.{name}={show(inner[name])} not read: {model_type}'s generation class ties lm_head by its "
+                     "own flag")
+    inner = {k: v for k, v in inner.items() if k != "tie_word_embeddings" and k not in flags}
     tie = _tie(raw, given if isinstance(given, dict) else {}, model_type, key, path, notes)
     if tie is not None:
         inner["tie_word_embeddings"] = tie
@@ -275,7 +279,7 @@ def _tie(raw: dict, text: dict, model_type: str, key: str, path: Path, notes: li
     else:
         outer = w.tie
     if w.tie_from_text and "tie_word_embeddings" in text:
-        problems = check_type(f"{key}.tie_word_embeddings", inner, "bool")
+        problems = check_type(f"{key}.tie_word_embeddings", inner, "bool?")  # null: not true, as the class reads it
         if problems:
             raise TfcalcError(f"{path}: {problems[0]}")
         if inner is True and outer is not True:

@@ -161,7 +161,7 @@ def model_types() -> list[str]:
     """Every model_type a config.json may give, in the order tfcalc lists them (LISTED_FIRST); a language model read
     only inside its multimodal config (`inner_only`) is not one."""
     first = [t for t in LISTED_FIRST if t in REGISTRY]
-    rest = [t for t, f in REGISTRY.items() if t not in first and f.nested is None and not f.inner_only]
+    rest = [t for t, f in REGISTRY.items() if t not in first and f.nested is None and not family(t).inner_only]
     return [*first, *rest, *(t for t, f in REGISTRY.items() if f.nested is not None)]
 
 

@@ -22,7 +22,7 @@ their own), each an existing layout under another name, checked against its mode
 
 from __future__ import annotations
 
-from ..hf import DECODER_TYPES, decoder_fields
+from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
@@ -37,7 +37,9 @@ QWEN2_VL_TEXT_DEFAULTS = dict(vocab_size=152064, hidden_size=8192, intermediate_
                               num_attention_heads=64, num_key_value_heads=8, hidden_act="silu",
                               max_position_embeddings=32768, tie_word_embeddings=False, use_sliding_window=False,
                               sliding_window=4096, max_window_layers=80, layer_types=None)
-QWEN2_VL_TEXT_TYPES = {k: v for k, v in QWEN2_TYPES.items() if k != "head_dim"}
+# use_sliding_window and max_window_layers are declared `| None` (null: no window; a limit needed only with one)
+QWEN2_VL_TEXT_TYPES = {k: v for k, v in QWEN2_TYPES.items() if k != "head_dim"} | dict(use_sliding_window="bool?",
+                                                                                     max_window_layers="int?")
 
 QWEN3_VL_TEXT_DEFAULTS = dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=32, head_dim=128, hidden_act="silu",
@@ -58,6 +60,14 @@ GLM4V_TEXT_DEFAULTS = dict(vocab_size=151552, hidden_size=4096, intermediate_siz
                            max_position_embeddings=32768, tie_word_embeddings=False)
 
 
+def qwen2_vl_text(cfg: dict, notes: list[str]) -> dict:
+    window_on = cfg["use_sliding_window"] is True and cfg.get("sliding_window") is not None
+    refuse_if(cfg, "max_window_layers", window_on and cfg.get("layer_types") is None
+              and cfg["max_window_layers"] is None, "with use_sliding_window=true and no layer_types, "
+              "Qwen2VLTextConfig compares each block's index with it (transformers fails on null)")
+    return qwen2(cfg, notes)
+
+
 def qwen3_vl_text(cfg: dict, notes: list[str]) -> dict:
     return decoder_fields(cfg, notes) | dict(bias=cfg["attention_bias"], mlp_bias=False, qk_norm="head")
 
@@ -74,7 +84,8 @@ def glm4v_text(cfg: dict, notes: list[str]) -> dict:
 
 
 register(
-    Family("qwen2_vl_text", QWEN2_VL_TEXT_DEFAULTS, QWEN2_VL_TEXT_TYPES, qwen2, LLAMA_COMPONENTS, inner_only=True),
+    Family("qwen2_vl_text", QWEN2_VL_TEXT_DEFAULTS, QWEN2_VL_TEXT_TYPES, qwen2_vl_text, LLAMA_COMPONENTS,
+           inner_only=True),
     Family("qwen2_5_vl_text", like="qwen2_vl_text"),
     Family("qwen3_vl_text", QWEN3_VL_TEXT_DEFAULTS, QWEN3_VL_TEXT_TYPES, qwen3_vl_text, LLAMA_COMPONENTS,
            inner_only=True),
