@@ -242,13 +242,17 @@ def _write_text_fields(wrapper: dict, fields: dict) -> None:
 
 # ---- building and tracing ------------------------------------------------------------------------------------------
 
-def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False):
+def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False,
+                 multimodal: bool = False):
     auto = [transformers.AutoModel]
-    if classifier:  # a classifier on the first token (ViTForImageClassification)
+    if multimodal:  # the generation class of a multimodal config (Voxtral's is Seq2SeqLM's; a causal LM's last: Qwen3.5
+        auto = [transformers.AutoModelForImageTextToText, transformers.AutoModelForSeq2SeqLM,  # maps its multimodal
+                transformers.AutoModelForCausalLM]  # config to a text-only class)
+    elif classifier:  # a classifier on the first token (ViTForImageClassification)
         auto = [transformers.AutoModelForImageClassification, *auto]
     elif encoder_decoder:
         auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForCausalLM, *auto]
-    elif lm_head:  # a multimodal config's generation class: AutoModelForImageTextToText's (Voxtral: Seq2SeqLM's)
+    elif lm_head:  # (a multimodal config that no causal LM maps: its generation class, AutoModelForImageTextToText's)
         auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM,
                 transformers.AutoModelForImageTextToText, *auto]
     for factory in auto:
@@ -258,14 +262,15 @@ def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, cla
     raise TfcalcError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False):
+def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classifier: bool = False,
+          multimodal: bool = False):
     """transformers' model of `raw` (a config.json's object) on the meta device: eager attention, eager experts."""
     import torch
     import transformers
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     config = transformers.AutoConfig.for_model(raw["model_type"], **fields)
-    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier)
+    cls = _model_class(transformers, config, lm_head, encoder_decoder, classifier, multimodal)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # config warnings (token ids outside a tiny vocab, ...)
     try:
@@ -285,7 +290,7 @@ def build_language_model(raw: dict):
     `lm_head` is the class's own (tied to the token embedding as the class ties it), named as a causal LM's."""
     import torch
 
-    model, _ = build(raw)
+    model, _ = build(raw, multimodal=True)
 
     class LanguageModel(torch.nn.Module):
         def __init__(self, decoder, head):
@@ -463,7 +468,7 @@ def _guarded(path: Path, step, *args, **kwargs):
     except TfcalcError:
         raise
     except Exception as e:  # noqa: BLE001 - anything transformers raises is reported by name, not a traceback
-        what = "build its model from" if step is build else "run its model (meta device) for"
+        what = "build its model from" if step in (build, build_language_model) else "run its model (meta device) for"
         raise TfcalcError(f"{path}: transformers could not {what} this config: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
 
