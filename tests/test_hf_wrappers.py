@@ -8,6 +8,7 @@ the outer and the inner flag."""
 import dataclasses
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,3 +248,23 @@ def test_a_wrappers_own_text_type_has_its_config_classs_defaults(model_type):
     own = {k: v for k, v in family(model_type).defaults.items() if k != "tie_word_embeddings"}
     assert own == {k: declared[k] for k in own}
     assert "tie_word_embeddings" not in declared or model_type == "qwen3_vl_moe_text"  # its True is never read
+
+
+PUBLISHED = json.loads((Path(__file__).parent / "data" / "wrapper_configs.json").read_text())
+
+
+@pytest.mark.parametrize("name", [k for k in PUBLISHED if not k.startswith("_")])
+def test_published_wrapper_configs_count_what_their_generation_class_builds(tmp_path, name):
+    # the whole class on meta, at full size: its language model and lm_head (Qwen2.5-VL-7B's is Qwen2.5-7B's,
+    # 7,615,616,512 parameters: 28 * 233,057,792 per block + 2 * 152064 * 3584 embeddings, untied, + 3584 final norm)
+    config = PUBLISHED[name]["config"]
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    assert count(spec).params.total == language_model_params(generation_class(config))
+    report = hf_model.compare(path, spec.replace(n_layers=2), Workload(batch_size=1, seq_len=16))
+    assert report.match, [r for r in report.rows if not r.match]
+    if name == "qwen2.5-vl-7b-instruct":
+        # two norms, q (biased), k and v (biased, 4 key/value heads x 128 = 512 wide), o, SwiGLU
+        block = 2 * 3584 + (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944
+        assert block == 233_057_792
+        assert count(spec).params.total == 28 * block + 2 * 152064 * 3584 + 3584 == 7_615_616_512

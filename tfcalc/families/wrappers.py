@@ -16,8 +16,9 @@ their own), each an existing layout under another name, checked against its mode
 - qwen3_vl_moe_text: Qwen3-MoE's block (router, stacked experts, no shared expert; dense blocks by mlp_only_layers
   and decoder_sparse_step), head_dim null meaning hidden_size // num_attention_heads, no sliding window.
 - glm4v_text: GLM-4's sandwich-norm block with its fused gate_up_proj, but q, k and v always biased (no
-  attention_bias field), heads hidden_size // num_attention_heads wide (no head_dim) and rotary on
-  rope_parameters.partial_rotary_factor of each head (default all of it).
+  attention_bias field: a given one is not read, as there), heads hidden_size // num_attention_heads wide (no
+  head_dim) and rotary on partial_rotary_factor of each head (rope_parameters', else the top-level one that
+  transformers moves there, else all of it; GLM-4.1V's 0.5).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def qwen3_vl_moe_text(cfg: dict, notes: list[str]) -> dict:
 
 def glm4v_text(cfg: dict, notes: list[str]) -> dict:
     fields = decoder_fields(cfg, notes) | dict(bias=False, qkv_bias=True, mlp_bias=False, norm_position="sandwich")
-    where, factor = partial_factor(cfg, None, 1.0)
+    where, factor = partial_factor(cfg, "partial_rotary_factor", 1.0)  # the top-level one moves into the rope
     partial_rotary(cfg, fields, notes, cfg["hidden_size"] // cfg["num_attention_heads"], factor, where)
     return fields
 
@@ -91,7 +92,8 @@ register(
            inner_only=True),
     Family("qwen3_vl_moe_text", QWEN3_VL_MOE_TEXT_DEFAULTS, QWEN3_VL_MOE_TEXT_TYPES, qwen3_vl_moe_text,
            LLAMA_COMPONENTS, aliases=dict(num_local_experts="num_experts"), inner_only=True),
-    Family("glm4v_text", GLM4V_TEXT_DEFAULTS, NO_HEAD_DIM | dict(num_key_value_heads="size?"), glm4v_text,
+    Family("glm4v_text", GLM4V_TEXT_DEFAULTS, NO_HEAD_DIM | dict(num_key_value_heads="size?",
+                                                                 partial_rotary_factor="float?"), glm4v_text,
            GLM4_COMPONENTS, inner_only=True),
 )
 
