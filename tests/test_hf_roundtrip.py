@@ -20,7 +20,8 @@ from tfcalc.verify import hf_model
 # The hybrids' families: their own test files hold them against transformers (the small config here cannot hold
 # their mixers' sizes)
 ELSEWHERE = {"mamba2", "nemotron_h", "bamba", "granitemoehybrid", "mamba", "jamba", "qwen3_next", "qwen3_5",
-             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1", "minicpmv4_6"}
+             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1", "minicpmv4_6",
+             "minicpmv4_7", "minicpm_ocr"}  # (the last three: Qwen3.5's language model, tests/test_hf_wrappers.py)
 TYPES = [t for t in model_types() if t not in ELSEWHERE]
 # where a multimodal generation class keeps its language model and head (every other tower is left out)
 LANGUAGE_MODEL = ("model.language_model.", "model.text_model.", "lm_head.")

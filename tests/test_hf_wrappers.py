@@ -21,7 +21,7 @@ from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
 WRAPPERS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "mistral3", "voxtral", "idefics3", "smolvlm", "llava",
-            "kimi_k25", "glm4v", "lfm2_vl", "minicpmv4_6", "exaone4_5"]
+            "kimi_k25", "glm4v", "lfm2_vl", "minicpmv4_6", "minicpmv4_7", "minicpm_ocr", "exaone4_5"]
 # each wrapper with each text model_type it reads
 CASES = [(t, inner) for t in WRAPPERS for inner in (family(t).nested[0], *family(t).wrapper.text_types)]
 
@@ -149,7 +149,7 @@ def test_the_head_is_tied_by_the_flags_the_class_reads(tmp_path, model_type):
 def test_the_tie_rules_as_read():
     # the classes' rules (modeling_*.py / configuration_*.py), as the records state them
     rules = {t: (family(t).wrapper.tie, family(t).wrapper.tie_from_text, family(t).wrapper.untied) for t in WRAPPERS}
-    assert rules["mistral3"] == rules["kimi_k25"] == rules["lfm2_vl"] == (True, False, False)  # tied unless false
+    assert rules["mistral3"] == rules["kimi_k25"] == rules["lfm2_vl"] == rules["minicpm_ocr"] == (True, False, False)
     assert rules["qwen2_vl"] == rules["llava"] == rules["glm4v"] == (False, True, False)  # pre-v5 inner flag read
     assert rules["voxtral"] == (None, False, True)  # no _tied_weights_keys: never tied
 
@@ -268,3 +268,17 @@ def test_published_wrapper_configs_count_what_their_generation_class_builds(tmp_
         block = 2 * 3584 + (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944
         assert block == 233_057_792
         assert count(spec).params.total == 28 * block + 2 * 152064 * 3584 + 3584 == 7_615_616_512
+
+
+def test_the_cli_checks_a_wrapper_and_refuses_its_own_text_type(tmp_path):
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+
+    path = write(tmp_path, wrapper("llava"))
+    result = CliRunner().invoke(app, ["check", "--hf-config", str(path), "--seq-len", "8"])
+    assert result.exit_code == 0 and "transformers: MATCH: all" in result.output, result.output
+    alone = write(tmp_path, {"model_type": "qwen3_vl_text"})
+    result = CliRunner().invoke(app, ["check", "--hf-config", str(alone)])
+    assert result.exit_code == 2 and "model_type='qwen3_vl_text' is a language model transformers builds only " \
+                                      "inside a multimodal config (qwen3_vl): give that config" in result.output

@@ -130,7 +130,10 @@ register(
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True)),
     Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
     Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",))),
+    # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model
     Family("minicpmv4_6", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
+    Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
+    Family("minicpm_ocr", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=True)),
     Family("exaone4_5", nested=("exaone4", TEXT),
            wrapper=Wrapper(renamed={"exaone4_5_text": "exaone4"}, type_required=True, tie=False)),
 )
