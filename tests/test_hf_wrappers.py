@@ -213,6 +213,9 @@ def test_a_text_type_the_class_renames_is_read_as_it(tmp_path, model_type, named
     ({"model_type": "qwen2_vl", "text_config": [1]}, "text_config=[1]: expected an object or null"),
     ({"model_type": "glm4v", "text_config": {"tie_word_embeddings": "yes"}},
      "text_config.tie_word_embeddings='yes': expected a boolean"),
+    ({"model_type": "glm4v", "text_config": {"tie_word_embeddings": True}, "tie_word_embeddings": "false"},
+     "tie_word_embeddings='false': expected a boolean (true or false)"),
+    ({"model_type": "lfm2_vl", "tie_embedding": 0}, "tie_embedding=0: expected a boolean (true or false)"),
     ({"model_type": "qwen2_vl_text"}, "model_type='qwen2_vl_text' is a language model transformers builds only "
                                       "inside a multimodal config (qwen2_vl): give that config"),
     ({"model_type": "glm4v_text"}, "inside a multimodal config (glm4v): give that config"),

@@ -274,6 +274,9 @@ def _tie(raw: dict, text: dict, model_type: str, key: str, path: Path, notes: li
     names = [k for k in ("tie_word_embeddings", *w.tie_aliases) if k in raw]
     if names:
         outer = raw[names[-1]]  # an alias is read over the flag
+        problems = check_type(names[-1], outer, "bool")
+        if problems:
+            raise TfcalcError(f"{path}: {problems[0]}")
         if names[-1] != "tie_word_embeddings":
             notes.append(f"{names[-1]}={show(outer)} read as tie_word_embeddings (transformers sets it from it)")
     else:

@@ -79,7 +79,10 @@ def qwen3_vl_moe_text(cfg: dict, notes: list[str]) -> dict:
 
 def glm4v_text(cfg: dict, notes: list[str]) -> dict:
     fields = decoder_fields(cfg, notes) | dict(bias=False, qkv_bias=True, mlp_bias=False, norm_position="sandwich")
-    where, factor = partial_factor(cfg, "partial_rotary_factor", 1.0)  # the top-level one moves into the rope
+    # the top-level factor moves into the rope parameters (null: none moves; all of each head rotates)
+    given = cfg if cfg.get("partial_rotary_factor") is not None else {k: v for k, v in cfg.items()
+                                                                       if k != "partial_rotary_factor"}
+    where, factor = partial_factor(given, "partial_rotary_factor", 1.0)
     partial_rotary(cfg, fields, notes, cfg["hidden_size"] // cfg["num_attention_heads"], factor, where)
     return fields
 
