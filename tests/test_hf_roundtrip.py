@@ -14,19 +14,20 @@ from transformers import CONFIG_MAPPING
 
 from tfcalc import TfcalcError, Workload, count
 from tfcalc.arch.towers import select
-from tfcalc.families.registry import family, model_types
+from tfcalc.families.registry import REGISTRY, family, model_types
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
 # The hybrids' families: their own test files hold them against transformers (the small config here cannot hold
 # their mixers' sizes)
 ELSEWHERE = {"mamba2", "nemotron_h", "bamba", "granitemoehybrid", "mamba", "jamba", "qwen3_next", "qwen3_5",
-             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1",
+             "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1", "minicpmv4_6",
+             "minicpmv4_7", "minicpm_ocr",  # (the last three: Qwen3.5's language model, tests/test_hf_wrappers.py)
              # the whole dual encoders: tests/test_towers_whole.py holds them against CLIPModel and SiglipModel
              "clip", "siglip"}
 TYPES = [t for t in model_types() if t not in ELSEWHERE]
-OTHER_TOWERS = ("model.vision_tower.", "model.multi_modal_projector.", "model.audio_tower.", "model.embed_vision.",
-                "model.embed_audio.")
+# where a multimodal generation class keeps its language model and head (every other tower is left out)
+LANGUAGE_MODEL = ("model.language_model.", "model.text_model.", "lm_head.")
 
 # Small sizes under each config class's own names (only the names a family reads are given)
 SMALL = dict(
@@ -75,7 +76,8 @@ def built(folder, lm_head: bool, encoder_decoder: bool) -> int:
             return cls._from_config(config)
 
     model = quiet(build)
-    return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(OTHER_TOWERS))
+    nested = family(model.config.model_type).nested if model.config.model_type in REGISTRY else None
+    return sum(p.numel() for name, p in model.named_parameters() if not nested or name.startswith(LANGUAGE_MODEL))
 
 
 def counted(folder) -> tuple[int, object]:
@@ -91,12 +93,15 @@ TOKENS = dict(pad_token_id=0, bos_token_id=0, eos_token_id=0)
 # Where a family's small config needs other sizes than SMALL's
 SMALL_FOR = {
     "deepseek_v2": dict(num_key_value_heads=4, num_experts_per_tok=2),  # MLA: a key and a value per head
-    "deepseek_v3": dict(num_key_value_heads=4),
+    "deepseek_v3": dict(num_key_value_heads=4, head_dim=None),  # (a head_dim beside qk_rope_head_dim: no forward)
     "deepseek_v32": dict(num_key_value_heads=4),
     "gptj": dict(rotary_dim=8),  # at most the head's 16 channels
 
     "gpt_neox": dict(head_dim=None),  # GPTNeoXAttention's heads are hidden_size // heads wide
     "falcon": dict(num_kv_heads=None),
+    # the multimodal rotary's sections (mrope_section) fill half of a 16-channel head
+    **{t: dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
+       for t in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text")},
 }
 # A multimodal config's other fields beside its text_config: a SigLIP tower whose 16 x 16 patch grid Gemma 3's projector
 # pools into its 256 tokens (Gemma3Config's default vision tower, 224 / 16, cannot be: see DEFAULTS_REFUSED)
@@ -114,7 +119,8 @@ def small(model_type: str) -> dict:
     inner = family(inner_type)
     own = {k: v for k, v in SMALL.items() if k in inner.types and k not in inner.aliases}
     own = {k: v for k, v in (own | SMALL_FOR.get(inner_type, {})).items() if v is not None} | TOKENS
-    return {f.nested[1]: own, **OUTER_FOR.get(model_type, {})} if f.nested else own
+    return ({f.nested[1]: own | {"model_type": inner_type}, **OUTER_FOR.get(model_type, {})}  # (EXAONE 4.5 needs
+            if f.nested else own)  # its type)
 
 
 CHANGES = {"n_embed": 128}  # Falcon's n_embed, read over hidden_size: a width the heads divide
@@ -194,6 +200,12 @@ REFUSED = {
 }
 
 
+def refusal_of(model_type: str, key: str) -> str | None:
+    """REFUSED's entry of (model_type, key), else of its language model's type (a multimodal config's)."""
+    nested = family(model_type).nested
+    return REFUSED.get((model_type, key)) or (REFUSED.get((nested[0], key)) if nested else None)
+
+
 def fields_read(model_type: str) -> tuple[dict, dict[str, str]]:
     """(the family whose fields a config's body holds: a multimodal config's language model's, the fields it reads
     and their kinds, its aliases left out)."""
@@ -230,8 +242,8 @@ def test_one_field_changed_at_a_time_counts_what_the_class_builds(tmp_path_facto
             assert not isinstance(e, TfcalcError)
             continue
         tried += 1
-        if (model_type, key) in REFUSED:
-            if f"{REFUSED[model_type, key]}=" not in result or "is not modelled" not in result:
+        if refusal_of(model_type, key):
+            if f"{refusal_of(model_type, key)}=" not in result or "is not modelled" not in result:
                 wrong.append((key, value, result))
         elif isinstance(result, str) or result[0] != result[1]:
             wrong.append((key, value, result))
@@ -282,7 +294,8 @@ def test_explicit_nulls_are_counted_as_the_class_builds_or_refused_by_name(tmp_p
         elif result[0] != result[1]:
             wrong.append((key, result))
     assert not wrong, wrong
-    assert refused == NULLS_REFUSED.get(model_type, {})
+    inner_type = nested[0] if nested else model_type
+    assert refused == NULLS_REFUSED.get(model_type, NULLS_REFUSED.get(inner_type, {}))
 
 
 def aliases_of(model_type: str) -> dict[str, str]:
@@ -315,9 +328,9 @@ def test_every_alias_as_typed_is_read_as_transformers_reads_it(tmp_path_factory,
         (config[nested[1]] if nested else config).update({**other, alias: value})
         result = compare(write(tmp_path_factory.mktemp("alias"), config))
         target = inner.aliases.get(alias) or aliases_of(model_type)[alias]
-        if (model_type, target) in REFUSED:  # a refusal names the alias, as the config does
+        if refusal_of(model_type, target):  # a refusal names the alias, as the config does
             assert "is not modelled" in result and (f"{alias}=" in result or
-                                                    f"{REFUSED[model_type, target]}=" in result), result
+                                                    f"{refusal_of(model_type, target)}=" in result), result
         else:
             assert isinstance(result, tuple) and result[0] == result[1], (other, result)
 
@@ -357,19 +370,35 @@ def test_refusals_quote_the_configs_own_names_and_values(tmp_path, model_type, c
 NESTED = [t for t in TYPES if family(t).nested and t != "mllama"]
 
 
+def tied_by_transformers(folder) -> bool:
+    """Whether the class transformers builds from the config in `folder` ties lm_head to the token embedding."""
+    def build():
+        config = transformers.AutoConfig.from_pretrained(folder)
+        with torch.device("meta"):
+            return hf_model._model_class(transformers, config, True, False)._from_config(config)
+
+    model = quiet(build)
+    return model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+
 @pytest.mark.parametrize("model_type", NESTED)
 @pytest.mark.parametrize("inner, outer", [(False, None), (True, None), (False, True), (True, False)])
 def test_the_head_is_tied_by_the_outer_flag_as_transformers_reads_it(tmp_path, model_type, inner, outer):
-    key = family(model_type).nested[1]
+    # the outer flag ties (absent: the class's default); where the class says so, a true inner flag too (qwen2_vl,
+    # llava, glm4v: saves before transformers 5), or nothing at all (voxtral): tests/test_hf_wrappers.py
+    key, wrapper = family(model_type).nested[1], family(model_type).wrapper
     config = {**small(model_type), "model_type": model_type, key: small(model_type)[key] | {"tie_word_embeddings": inner}}
     if outer is not None:
         config["tie_word_embeddings"] = outer
     source = read_hf_config(write(tmp_path, config))
     ours, theirs = compare(tmp_path)
     assert ours == theirs
-    outer_default = CONFIG_MAPPING[model_type]().tie_word_embeddings
-    assert source.spec.tie_embeddings is (outer if outer is not None else outer_default)
-    assert (f"{key}.tie_word_embeddings={inner} not read" in source.source) is (outer is None)
+    assert select(source.spec, "text").tie_embeddings is tied_by_transformers(tmp_path)
+    if wrapper.untied:
+        assert "generation class ties no weights (lm_head is its own)" in source.source
+    else:
+        inner_read = wrapper.tie_from_text and inner
+        assert (f"{key}.tie_word_embeddings={inner} not read" in source.source) is (outer is None and not inner_read)
     # check --hf-config builds the language model with the same head (a whole model's: its text tower, --tower text)
     text = select(source.spec, "text") if source.spec.towers else source.spec
     report = hf_model.compare(tmp_path, text, Workload(batch_size=1, seq_len=4))
@@ -380,9 +409,14 @@ def test_the_head_is_tied_by_the_outer_flag_as_transformers_reads_it(tmp_path, m
 @pytest.mark.parametrize("model_type", [t for t in model_types()
                                         if family(t).nested and t not in ("clip", "siglip", "mllama")])
 def test_a_multimodal_default_tie_flag_is_its_language_models(model_type):
-    # hf._nested leaves an absent outer flag to the language model's default: the same as the outer class's
-    inner_type = family(model_type).nested[0]
-    assert CONFIG_MAPPING[model_type]().tie_word_embeddings is family(inner_type).defaults["tie_word_embeddings"]
+    # an absent outer flag is the class's default: the wrapper's record states it (Wrapper.tie), else it is the
+    # language model's default (Gemma 3, Gemma 4, Qwen3.5); Voxtral's class has no flag and ties nothing
+    inner_type, wrapper = family(model_type).nested[0], family(model_type).wrapper
+    default = getattr(CONFIG_MAPPING[model_type](), "tie_word_embeddings", None)
+    if wrapper.untied:
+        assert default is None
+    else:
+        assert default is (wrapper.tie if wrapper.tie is not None else family(inner_type).defaults["tie_word_embeddings"])
 
 
 @pytest.mark.parametrize("model_type", [t for t in TYPES if not family(t).nested])

@@ -887,7 +887,8 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             skipped = hf_model.INSTALL_HINT
             if fmt is not Format.json:
                 typer.echo(skipped, err=True)
-        elif (kind := hf_model.model_type_of(hf_config)) not in SUPPORTED and hf_model.known_to_transformers(kind):
+        elif ((kind := hf_model.model_type_of(hf_config)) not in SUPPORTED and kind not in hf_model.registry.REGISTRY
+              and hf_model.known_to_transformers(kind)):  # (a wrapper's own text type: refused by name below)
             with _progress("tracing transformers' own model (meta) ..."):
                 hf = hf_model.traced(hf_config, overrides)  # a type tfcalc refuses: transformers' totals alone
     if hf is not None and hf.traced:

@@ -113,12 +113,15 @@ def read_hf_config(path: str | Path) -> SpecFile:
                      "the weights as the checkpoint stores them (--quant none: 16-bit; a train step's plan is "
                      "16-bit)")
     family = registry.family(model_type)
+    if family.inner_only:
+        raise TfcalcError(f"{path}: model_type={show(model_type)} is a language model transformers builds only inside "
+                          f"a multimodal config ({', '.join(sorted(wrappers_of(model_type)))}): give that config")
     outer, outer_type, text_only = raw, model_type, ""
     if family.nested is not None:
         if not family.towers:
             text_only = (f"only the language model of {model_type} is read (from {family.nested[1]}): its other "
                          "towers and projectors are not modelled yet")
-        raw, model_type = _nested(raw, model_type, family.nested, path, notes, whole=bool(family.towers))
+        raw, model_type = language_model(raw, model_type, path, notes, whole=bool(family.towers))
     fields, cfg = _fields(raw, model_type, path, notes)
     name = (hub.repo_of(path) or cfg.get("_name_or_path")
             or (path.parent.name if path.name == "config.json" else path.stem) or model_type)
@@ -246,30 +249,104 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
     return {**text, "towers": towers, "connectors": connectors}
 
 
-def _nested(raw: dict, model_type: str, nested: tuple[str, str], path: Path, notes: list[str],
-            whole: bool = False) -> tuple[dict, str]:
-    """The language model's config of a multimodal config (Gemma 3: its text_config, with the outer
-    tie_word_embeddings and _name_or_path), and its model_type. transformers ties the head by the outer flag alone
-    (the multimodal class's default, the same as its language model's, when the file gives none): a flag inside
-    the text_config is not read."""
-    inner_type, key = nested
-    inner = raw.get(key)
-    if inner is None:
-        inner = {}
-    if not isinstance(inner, dict):
-        raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
-    if inner.get("model_type", inner_type) != inner_type:
-        raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
+def language_model(raw: dict, model_type: str, path: Path, notes: list[str], whole: bool = False) -> tuple[dict, str]:
+    """The language model's config of a multimodal config, as its generation class reads it (the family's `nested`
+    field and its `Wrapper`), and its model_type: the text_config (or the config the class builds when it is absent),
+    with the tie flag that decides lm_head and the outer _name_or_path. Refused by name: a text_config that is not an
+    object, or names a model_type the wrapper does not read as one of its families."""
+    f = registry.family(model_type)
+    default_type, key = f.nested
+    w = f.wrapper
+    given = raw.get(key)
+    if given is not None and not isinstance(given, dict):
+        raise TfcalcError(f"{path}: {key}={show(given)}: expected an object or null")
+    if given is None:
+        inner = dict(w.absent)
+        if w.at_top:  # the class builds its text config from the top-level fields
+            typed = registry.family(default_type).types
+            inner |= {k: v for k, v in raw.items() if k in typed and k != "tie_word_embeddings"}
+    else:
+        inner = {**w.absent, **given} if w.under else dict(given)
+        if w.at_top:
+            shadowed = sorted(k for k, v in raw.items() if k in registry.family(default_type).types
+                              and k not in ("tie_word_embeddings", "_name_or_path") and k in inner and inner[k] != v)
+            if shadowed:
+                notes.append(f"top-level {', '.join(f'{k}={show(raw[k])}' for k in shadowed)} not read: "
+                             f"{model_type} reads its language model from {key} when there is one")
+    allowed = (default_type, *w.text_types)
+    if "model_type" not in inner:
+        if given is not None and w.type_required:
+            raise TfcalcError(f"{path}: {key}.model_type: missing ({model_type}'s config class reads it; one of "
+                              f"{', '.join(allowed)})")
+        inner_type = default_type
+    else:
+        named = inner["model_type"]
+        inner_type = w.renamed.get(named, named) if isinstance(named, str) else named
+        if inner_type not in allowed:
+            raise TfcalcError(f"{path}: {key}.model_type={show(named)}: expected "
+                              f"{' or '.join(map(repr, allowed)) if len(allowed) < 3 else 'one of ' + ', '.join(allowed)}"
+                              + (f" (tfcalc reads {model_type}'s language model as one of these)" if len(allowed) > 1
+                                 else ""))
+        if inner_type != named:
+            notes.append(f"{key}.model_type={show(named)} read as {inner_type!r}, as {model_type}'s config class "
+                         "renames it")
+    flags = {a for a, target in registry.family(inner_type).aliases.items() if target == "tie_word_embeddings"}
+    for name in sorted(flags & set(inner)):  # the language model's own names for the flag (LFM2's tie_embedding)
+        notes.append(f"{key}.{name}={show(inner[name])} not read: {model_type}'s generation class ties lm_head by its "
+                     "own flag")
+    inner = {k: v for k, v in inner.items() if k != "tie_word_embeddings" and k not in flags}
+    tie = _tie(raw, given if isinstance(given, dict) else {}, model_type, key, path, notes)
+    if tie is not None:
+        inner["tie_word_embeddings"] = tie
     # the outer vision_config too: a language model whose family reads it takes the cross-attended vision tokens'
     # number from it (Llama 3.2 Vision); a family that does not type it does not read it
-    outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path", "vision_config") if k in raw}
-    if "tie_word_embeddings" in inner and "tie_word_embeddings" not in raw:
-        notes.append(f"{key}.tie_word_embeddings={show(inner['tie_word_embeddings'])} not read: transformers ties "
-                     f"the head by the outer tie_word_embeddings (absent: {model_type}'s default)")
-        inner = {k: v for k, v in inner.items() if k != "tie_word_embeddings"}
+    outer = {k: raw[k] for k in ("_name_or_path", "vision_config") if k in raw}
     notes.append(f"{model_type}: the language model read from {key} ({inner_type})" + (
         "" if whole else "; the other towers (vision, audio) and the multimodal projectors are not counted"))
     return {**inner, **outer, "model_type": inner_type}, inner_type
+
+
+def _tie(raw: dict, text: dict, model_type: str, key: str, path: Path, notes: list[str]) -> Any:
+    """The tie_word_embeddings the generation class ties lm_head by (None: the language model's default): the outer
+    flag (or an alias of it the class reads over it), else the class's default; a true text_config flag too where the
+    class moves it to the outer one; never, for a class that ties no weights."""
+    w = registry.family(model_type).wrapper
+    inner = text.get("tie_word_embeddings")
+    if w.untied:
+        given = [f"{k}={show(v)}" for k, v in ((k, raw.get(k)) for k in ("tie_word_embeddings", *w.tie_aliases))
+                 if v is not None] + ([f"{key}.tie_word_embeddings={show(inner)}"] if inner is not None else [])
+        if given:
+            notes.append(f"{', '.join(given)} not read: {model_type}'s generation class ties no weights (lm_head is "
+                         "its own)")
+        return False
+    names = [k for k in ("tie_word_embeddings", *w.tie_aliases) if k in raw]
+    if names:
+        outer = raw[names[-1]]  # an alias is read over the flag
+        problems = check_type(names[-1], outer, "bool")
+        if problems:
+            raise TfcalcError(f"{path}: {problems[0]}")
+        if names[-1] != "tie_word_embeddings":
+            notes.append(f"{names[-1]}={show(outer)} read as tie_word_embeddings (transformers sets it from it)")
+    else:
+        outer = w.tie
+    if w.tie_from_text and "tie_word_embeddings" in text:
+        problems = check_type(f"{key}.tie_word_embeddings", inner, "bool?")  # null: not true, as the class reads it
+        if problems:
+            raise TfcalcError(f"{path}: {problems[0]}")
+        if inner is True and outer is not True:
+            notes.append(f"{key}.tie_word_embeddings=True read: {model_type}'s config class ties the head by it "
+                         "when the outer flag is false (saves before transformers 5)")
+            return True
+    if "tie_word_embeddings" in text and not names:
+        notes.append(f"{key}.tie_word_embeddings={show(inner)} not read: transformers ties the head by the outer "
+                     f"tie_word_embeddings (absent: {model_type}'s default)")
+    return outer
+
+
+def wrappers_of(model_type: str) -> list[str]:
+    """The multimodal model_types whose language model may be `model_type`."""
+    return [t for t, f in registry.REGISTRY.items() if f.nested is not None
+            and model_type in (f.nested[0], *registry.family(t).wrapper.text_types)]
 
 
 def check_type(key: str, value: Any, kind: str) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,6 +62,25 @@ Known = Callable[[Difference], "str | None"]
 
 
 @dataclass(frozen=True)
+class Wrapper:
+    """How a multimodal config's generation class (XForConditionalGeneration: its language model, then lm_head) reads
+    the language model's config in the field `Family.nested` names, as data (transformers' config class and its
+    SubConfigSpec): which text model_types that field may name, what is built when it is absent, and which flag ties
+    lm_head to the token embedding. The defaults are Gemma 3's: one text type, the outer flag alone ties."""
+
+    text_types: tuple[str, ...] = ()  # text_config.model_type values read beside the default (each a family)
+    renamed: Mapping[str, str] = field(default_factory=dict)  # a text model_type the config class reads as another
+    type_required: bool = False  # a given text_config must name its model_type (EXAONE 4.5's config indexes it)
+    absent: Mapping[str, Any] = field(default_factory=dict)  # the text config built when the field is absent or null
+    under: bool = False  # `absent` is laid under a given text_config too (Voxtral merges its defaults into a dict)
+    at_top: bool = False  # no text_config: the language model's fields are the top-level ones (Qwen2-VL's old saves)
+    tie: bool | None = None  # the class's tie_word_embeddings default; None: the language model's default
+    tie_from_text: bool = False  # a true text_config.tie_word_embeddings ties too (the class moves it to the outer)
+    untied: bool = False  # the class ties no weights whatever the flags say (no _tied_weights_keys: Voxtral)
+    tie_aliases: tuple[str, ...] = ()  # outer names read over tie_word_embeddings (LFM2-VL's tie_embedding)
+
+
+@dataclass(frozen=True)
 class Family:
     """How a config.json of `model_type` is read. Left out (None): taken from the family it is `like`, else empty."""
 
@@ -87,6 +106,10 @@ class Family:
     # the whole class's forward inputs beside input_ids and pixel_values: (transformers' config, {"input_ids": ...,
     # "pixel_values": ...}, the workload, the image tokens) -> the inputs (image placeholder tokens, grids, ...)
     hf_inputs: Callable[[Any, dict[str, Any], Workload, int], dict[str, Any]] | None = None
+    wrapper: Wrapper | None = None  # a nested family: how its generation class reads that field (Wrapper() if None)
+    # a language model that transformers builds only inside a multimodal config (no generation class of its own: its
+    # lm_head is the wrapper's): read from that config's text_config, refused as a top-level model_type
+    inner_only: bool | None = None
     like: str | None = None  # the family this one starts from
     # config field -> the ModelSpec field of that stack's block count (check --hf-config writes -L there, or into the
     # field's alias when the config gives it); DEFAULT_LAYER_KEYS when left out
@@ -124,7 +147,8 @@ def register(*families: Family) -> None:
 def family(model_type: str) -> Family:
     """The record of `model_type` as it is read: what it takes from the family it is `like` filled in, the kind of
     each alias the kind of the field it sets (unless given), no field left None but `mapper`, `components`, `nested`,
-    `like` and `known`. KeyError for a model_type not registered (or a `like` naming one)."""
+    `like`, `known` and a language model's `wrapper`. KeyError for a model_type not registered (or a `like` naming
+    one)."""
     return _resolve(model_type, ())
 
 
@@ -139,15 +163,18 @@ def _resolve(model_type: str, seen: tuple[str, ...]) -> Family:
     types = dict(own.types or {})
     aliases = dict(own.aliases or {})
     types |= {alias: types[field] for alias, field in aliases.items() if alias not in types and field in types}
+    wrapper = own.wrapper if own.wrapper is not None or own.nested is None else Wrapper()
     return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases, towers=dict(own.towers or {}),
                    prefixes=dict(own.prefixes or {}),
-                   encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(own.layer_keys or DEFAULT_LAYER_KEYS))
+                   encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(own.layer_keys or DEFAULT_LAYER_KEYS),
+                   wrapper=wrapper, inner_only=bool(own.inner_only))
 
 
 def model_types() -> list[str]:
-    """Every registered model_type in the order tfcalc lists them (LISTED_FIRST)."""
+    """Every model_type a config.json may give, in the order tfcalc lists them (LISTED_FIRST); a language model read
+    only inside its multimodal config (`inner_only`) is not one."""
     first = [t for t in LISTED_FIRST if t in REGISTRY]
-    rest = [t for t, f in REGISTRY.items() if t not in first and f.nested is None]
+    rest = [t for t, f in REGISTRY.items() if t not in first and f.nested is None and not family(t).inner_only]
     return [*first, *rest, *(t for t, f in REGISTRY.items() if f.nested is not None)]
 
 

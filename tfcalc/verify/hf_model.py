@@ -215,10 +215,11 @@ _WORKLOAD_FIELDS = {"name", "seq_len", "batch_size", "tower"}
 
 
 def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
-                overrides: dict | None = None) -> tuple[dict, ModelSpec]:
+                overrides: dict | None = None, wrapper: dict | None = None) -> tuple[dict, ModelSpec]:
     """The config transformers builds, with the spec's block counts (-L) written in, and the spec tfcalc reads from
     that same config: both sides count one architecture. Other overrides cannot be written into a config; they are
-    named in a note and the config's own values are compared."""
+    named in a note and the config's own values are compared. `wrapper`: the multimodal config whose language model
+    `raw` is; the counts are written into it too (`wrapper` is updated in place), where its class reads them."""
     from ..hf import read_hf_config
 
     model_type = raw["model_type"]
@@ -228,19 +229,21 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
 
         base = select(base, {"images": "vision", "tokens": "text"}.get(spec.inputs, spec.inputs))
     raw = dict(raw)
-    changed = []
+    changed, written_in = [], {}
     for key, field_name in _layer_keys(registry.family(model_type), raw).items():
         if getattr(spec, field_name) != getattr(base, field_name):
-            raw[key] = getattr(spec, field_name)
+            raw[key] = written_in[key] = getattr(spec, field_name)
             changed.append(f"{key}={raw[key]}")
             for per_block in ("layer_types", "no_rope_layers"):  # lists of one entry per block (Llama 4's too)
                 if isinstance(raw.get(per_block), list) and field_name == "n_layers":
-                    raw[per_block] = raw[per_block][:raw[key]]
+                    raw[per_block] = written_in[per_block] = raw[per_block][:raw[key]]
     if changed:
         notes.append(f"transformers' model built with {', '.join(changed)} (from the layer override)")
+        if wrapper is not None:
+            _write_text_fields(wrapper, written_in)
         with tempfile.TemporaryDirectory() as folder:
             written = Path(folder) / "config.json"
-            written.write_text(json.dumps(raw))
+            written.write_text(json.dumps(wrapper if wrapper is not None else raw))
             base = read_hf_config(written).spec.replace(name=base.name)
     given = ModelSpec.model_fields if overrides is None else overrides  # the flags given, when known
     ignored = sorted(k for k in given if k not in _WORKLOAD_FIELDS and getattr(spec, k) != getattr(base, k))
@@ -251,20 +254,38 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
     return raw, base
 
 
+def _write_text_fields(wrapper: dict, fields: dict) -> None:
+    """`fields` written into a multimodal config where its class reads its language model's: its text_config, else
+    the top level (a class that reads them there), else a text_config of the fields it builds when none is given."""
+    f = registry.family(wrapper["model_type"])
+    key, w = f.nested[1], f.wrapper
+    if isinstance(wrapper.get(key), dict):
+        wrapper[key] = {**wrapper[key], **fields}
+    elif w.at_top:
+        wrapper.update(fields)
+    else:
+        wrapper[key] = {**w.absent, **fields}
+
+
 # ---- building and tracing ------------------------------------------------------------------------------------------
 
 def _model_class(transformers, config, lm_head: bool, encoder_decoder: bool, classifier: bool = False,
                  multimodal: bool = False):
     auto = [transformers.AutoModel]
-    if multimodal and lm_head:  # a vision-language model: its generation class
-        auto = [transformers.AutoModelForImageTextToText, transformers.AutoModelForCausalLM, *auto]
+    if multimodal and lm_head:  # the generation class of a multimodal config (Voxtral's is Seq2SeqLM's; a causal
+        # LM's last: Qwen3.5 maps its multimodal config to a text-only class)
+        auto = [transformers.AutoModelForImageTextToText, transformers.AutoModelForSeq2SeqLM,
+                transformers.AutoModelForCausalLM]
+    elif multimodal:  # a dual encoder (CLIPModel, SiglipModel)
+        auto = [transformers.AutoModel]
     elif classifier:  # a classifier on the first token (ViTForImageClassification)
         auto = [transformers.AutoModelForImageClassification, *auto]
     elif encoder_decoder:  # with its head (of audio: WhisperForConditionalGeneration), or bare (WhisperModel)
         auto = [transformers.AutoModelForSeq2SeqLM, transformers.AutoModelForSpeechSeq2Seq,
                 transformers.AutoModelForCausalLM, *auto] if lm_head else auto
-    elif lm_head:
-        auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, *auto]
+    elif lm_head:  # (a multimodal config that no causal LM maps: its generation class, AutoModelForImageTextToText's)
+        auto = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM,
+                transformers.AutoModelForImageTextToText, *auto]
     for factory in auto:
         mapping = factory._model_mapping
         if type(config) in mapping:
@@ -325,6 +346,26 @@ def build(raw: dict, lm_head: bool = True, encoder_decoder: bool = False, classi
     model.eval()
     routed = _route_experts_round_robin(model)
     return model, routed
+
+
+def build_language_model(raw: dict):
+    """The language model and lm_head of transformers' generation class of the multimodal config `raw`, built whole
+    on meta (eager attention, eager experts): a module whose `model` is that language model (get_decoder) and whose
+    `lm_head` is the class's own (tied to the token embedding as the class ties it), named as a causal LM's."""
+    import torch
+
+    model, _ = build(raw, multimodal=True)
+
+    class LanguageModel(torch.nn.Module):
+        def __init__(self, decoder, head):
+            super().__init__()
+            self.model, self.lm_head = decoder, head
+
+        def forward(self, input_ids, use_cache=None):
+            return self.lm_head(self.model(input_ids=input_ids, use_cache=use_cache).last_hidden_state)
+
+    view = LanguageModel(model.get_decoder(), model.get_output_embeddings()).eval()
+    return view, _route_experts_round_robin(view)
 
 
 def _round_robin_experts(self, hidden_states, top_k_index, top_k_weights):
@@ -545,7 +586,7 @@ def _guarded(path: Path, step, *args, **kwargs):
     except TfcalcError:
         raise
     except Exception as e:  # noqa: BLE001 - anything transformers raises is reported by name, not a traceback
-        what = "build its model from" if step is build else "run its model (meta device) for"
+        what = "build its model from" if step in (build, build_language_model) else "run its model (meta device) for"
         raise TfcalcError(f"{path}: transformers could not {what} this config: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
 
@@ -566,25 +607,25 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     notes: list[str] = []
     # the tokens a decoder-only model's cross-attention blocks attend to, as the spec given counts them
     cross = (cross_keys(spec, workload) if spec.cross_attends and not spec.is_encoder_decoder else None)
-    nested = getattr(hf, "NESTED", {})
     family = registry.family(model_type) if model_type in registry.REGISTRY else None
     if family is not None and family.towers and spec.towers:
         return _compare_whole(path, raw, spec, workload, overrides, notes)
-    if family is not None and family.towers and spec.inputs != "tokens":  # --tower vision (audio): that tower's config
-        tower = "vision" if spec.inputs == "images" else spec.inputs
-        inner_type, key = family.towers[tower]
+    wrapper = None
+    if family is not None and family.towers and (spec.inputs != "tokens" or not spec.lm_head):
+        # one tower of a whole config (--tower vision; a dual encoder's --tower text): that tower's config alone
+        tower = {"images": "vision", "tokens": "text"}.get(spec.inputs, spec.inputs)
+        inner_type, key = family.nested if tower == "text" else family.towers[tower]
         raw = {**(raw.get(key) or {}), "model_type": inner_type}
         notes.append(f"{model_type}: transformers' {tower} tower built from {key} ({inner_type}), as tfcalc reads it")
         model_type = inner_type
-    elif model_type in nested:  # a multimodal config: its language model, as tfcalc reads it (hf._nested)
-        inner_type, key = nested[model_type]
-        outer = {k: raw[k] for k in ("tie_word_embeddings", "_name_or_path") if k in raw}
-        inner = {k: v for k, v in (raw.get(key) or {}).items() if k != "tie_word_embeddings"}  # the outer flag ties
-        raw = {**inner, **outer, "model_type": inner_type}
-        notes.append(f"{model_type}: transformers' language model built from {key} ({inner_type}), as tfcalc reads "
-                     "it; the vision tower and the projector are left out on both sides")
-        model_type = inner_type
-    raw, spec = _config_for(path, raw, spec, notes, overrides)
+    elif registry.family(model_type).nested is not None:  # a multimodal config: its language model, as tfcalc reads it
+        wrapper, inner_raw = raw, hf.language_model(raw, model_type, path, [])[0]
+        key = registry.family(model_type).nested[1]
+        notes.append(f"{model_type}: transformers' generation class built from the whole config; its language model "
+                     f"and lm_head compared ({inner_raw['model_type']}, from {key}), the other towers and the "
+                     "projector left out on both sides")
+        raw, model_type = inner_raw, inner_raw["model_type"]
+    raw, spec = _config_for(path, raw, spec, notes, overrides, wrapper)
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
@@ -612,11 +653,14 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                         src_len=(workload.src_len or workload.seq_len) if spec.is_encoder_decoder else cross)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     result = count(spec, work)
-    # a family that reads `architectures` (its types name it) counts the class it names: build that one
-    given = raw.get("architectures") if "architectures" in registry.family(model_type).types else None
-    model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
-                             classifier=spec.n_classes is not None,
-                             named=given[0] if isinstance(given, list) and given else None)
+    if wrapper is not None:
+        model, routed = _guarded(path, build_language_model, wrapper)
+    else:
+        # a family that reads `architectures` (its types name it) counts the class it names: build that one
+        given = raw.get("architectures") if "architectures" in registry.family(model_type).types else None
+        model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
+                                 classifier=spec.n_classes is not None,
+                                 named=given[0] if isinstance(given, list) and given else None)
     if routed:
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
