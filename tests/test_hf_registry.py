@@ -45,6 +45,11 @@ def test_every_family_is_a_complete_record(model_type):
     if f.nested is not None:  # a multimodal config: only where its language model is, and of which family
         inner, field = f.nested
         assert inner in REGISTRY and family(inner).nested is None and field
+        if f.towers:  # read whole: its towers' families, what joins them (its own fields, its own modules' rules)
+            assert all(t in REGISTRY and family(t).nested is None and key for t, key in f.towers.values())
+            assert set(f.prefixes) == {"text", *f.towers} and f.connectors is not None and f.components
+            assert f.mapper is None and set(f.defaults) <= set(f.types) and set(f.types.values()) <= set(hf.KINDS)
+            return
         assert (f.mapper, f.components, f.defaults, f.types) == (None, None, {}, {})
         return
     assert callable(f.mapper)
