@@ -5,12 +5,20 @@ import torch
 from hypothesis import given, settings
 
 from strategies import specs
-from tfcalc import count, list_presets
+from tfcalc import TfcalcError, count, list_presets
 from tfcalc.reference import build_model, example_inputs
 
 
 @pytest.mark.parametrize("preset", list_presets(), ids=lambda p: p.name)
 def test_every_preset_has_the_analytic_parameter_count(preset):
+    if preset.spec.towers:  # a multimodal preset: each tower's reference model and the connectors' torch modules
+        from tfcalc.verify import check
+
+        report = check(preset.spec, fold=True)
+        assert report.total(report.params, "model") == count(preset.spec).params.total
+        with pytest.raises(TfcalcError, match="built one tower at a time"):
+            build_model(preset.spec, "meta")
+        return
     model = build_model(preset.spec, "meta")
     assert sum(p.numel() for p in model.parameters()) == count(preset.spec).params.total
 

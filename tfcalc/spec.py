@@ -51,8 +51,9 @@ class Connector(BaseModel):
 
     @property
     def into_text(self) -> bool:
-        """Its outputs are tokens of the language model (an image's tokens in the prompt)."""
-        return self.source != "text" and not self.pooled and bool(self.widths)
+        """Its outputs are tokens of the language model (an image's tokens in the prompt): a connector of a tower's
+        every token, with linears or without (a tower whose own output is the prompt's tokens: Qwen2-VL's merger)."""
+        return self.source != "text" and not self.pooled and self.similarity is None
 
 
 class ModelSpec(BaseModel):

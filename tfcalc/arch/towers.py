@@ -97,7 +97,7 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     problems = []
     into = 0
     for c in spec.connectors:
-        if c.pooled or c.source == "text" or not c.widths:
+        if not c.into_text:
             continue
         tw = tower_workload(spec, c.source, workload)
         if c.image_size is not None and tw.image_size != (c.image_size, c.image_size):

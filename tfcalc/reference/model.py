@@ -366,7 +366,13 @@ def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: tor
                 recompute: str = "none", stack_layout: list[Stack] | None = None) -> Transformer:
     """The reference model, its parameters created directly on `device` and in `dtype` (on meta, nothing is
     allocated). Built in fp32 and then cast, a bf16 model would briefly hold both copies: 1.5x its weights.
-    `recompute`: see `Transformer`."""
+    `recompute`: see `Transformer`. A multimodal model (`spec.towers`) is built one tower at a time
+    (tfcalc.verify.check builds each tower and its connectors): refused here, never built as its text tower alone."""
+    if spec.towers:
+        from ..errors import TfcalcError
+
+        raise TfcalcError(f"build_model: {spec.label} has a {' and '.join(spec.towers)} tower beside its language model; "
+                          "its reference model is built one tower at a time (tfcalc.verify.check, or --tower)")
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
