@@ -202,3 +202,13 @@ def test_check_builds_every_tower_and_the_connectors(spec):
     assert report.total(report.params, "model") == GPT2 + VIT_B16_NO_POOLER + PROJECTOR
     with pytest.raises(TfcalcError, match="towers did their work at the prefill"):
         check(spec, workload=Workload(phase="decode", seq_len=1, context=10))
+
+
+def test_a_prompt_of_text_alone_runs_no_tower(spec, toml):
+    result = count(spec, Workload(seq_len=1024, images=0))
+    assert result.flops.forward == count(load_preset("gpt2")).flops.forward  # the language model's alone
+    assert result.params.total == GPT2 + VIT_B16_NO_POOLER + PROJECTOR  # every tower's weights still there
+    out = runner.invoke(app, ["count", "--spec", str(toml), "--images", "0"], env={"COLUMNS": "150"})
+    assert out.exit_code == 0 and "no image (a prompt of text alone)" in out.output, out.output
+    bad = runner.invoke(app, ["count", "--spec", str(toml), "--images", "-1"])
+    assert bad.exit_code == 2 and "--images -1: expected 0 or more images" in bad.output, bad.output

@@ -217,11 +217,12 @@ def describe_workload(w, spec=None) -> str:
         parts = [f"{w.phase}: B={w.batch_size}, {new}{src}"]
         if "vision" in spec.towers:
             H, W = image_size(spec, w)
-            n = w.images or 1
+            n = 1 if w.images is None else w.images
             into = image_tokens(spec, w)
-            parts.append(f"{n:,} image{'s' if n != 1 else ''} of {H}x{W}" + (
-                f" ({into:,} of the tokens)" if into and w.phase != "decode" else
-                " (encoded at the prefill)" if w.phase == "decode" else ""))
+            parts.append("no image (a prompt of text alone)" if n == 0 else
+                         f"{n:,} image{'s' if n != 1 else ''} of {H}x{W}" + (
+                             f" ({into:,} of the tokens)" if into and w.phase != "decode" else
+                             " (encoded at the prefill)" if w.phase == "decode" else ""))
         return ", ".join(parts) + f"; {scored}"
     if getattr(w, "image_size", None) is not None:  # a model of images: B images, their patches and class token
         H, W = w.image_size

@@ -191,6 +191,8 @@ def _tower_images(spec: ModelSpec, image_size: str | None, images: int | None) -
             raise TfcalcError(f"{given[0]}: {spec.label} has no vision tower (it has "
                               f"{', '.join(['text', *spec.towers])})")
         return {}
+    if images is not None and images < 0:
+        raise TfcalcError(f"--images {images}: expected 0 or more images (0: a prompt of text alone)")
     out: dict[str, Any] = {"images": 1 if images is None else images}
     if image_size is not None:
         H, W = parse_image_size(image_size)
@@ -256,10 +258,10 @@ def _images(spec: ModelSpec, image_size: str | None, images: int | None,
             phase: str) -> tuple[int, tuple[int, int], int] | None:
     """(images, (H, W), tokens per image) of a model of images; None for a model of tokens (which refuses both
     flags). The flags are named as typed."""
+    if spec.towers:
+        return None  # the images go to the vision tower (_tower_images); 0: a prompt of text alone
     if images is not None and images < 1:
         raise TfcalcError(f"--images {images}: expected at least one image")
-    if spec.towers:
-        return None  # the images go to the vision tower (_tower_images)
     if spec.inputs != "images":
         given = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images))
                  if value is not None]

@@ -230,12 +230,14 @@ def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
 
 def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
     """The text tower's groups, each other tower's on its own workload (records named under it) and the connectors'
-    (tfcalc.arch.towers). In decode the towers and connectors hold their parameters and do no work (repeat 0)."""
+    (tfcalc.arch.towers). In decode, or with no image, the towers and connectors hold their parameters and do no
+    work (repeat 0)."""
     from . import towers
 
     if workload.images is None and "vision" in spec.towers:
         workload = workload.model_copy(update={"images": 1})
-    decode = workload.phase == "decode"
+    # in decode the images were encoded at the prefill; with no image (a prompt of text alone) no tower runs
+    decode = workload.phase == "decode" or workload.images == 0
     text = build(towers.text_tower(spec), workload.model_copy(update={"images": None, "image_size": None}))
     groups = [replace(g, tower="text") for g in text.groups]
     for name in spec.towers:

@@ -75,7 +75,8 @@ def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
     if name != "vision":
         raise TfcalcError(f"towers.{name}: not modelled yet (a vision tower is)")
     H, W = image_size(spec, workload)
-    return Workload(batch_size=images(workload), seq_len=tokens_per_image(spec, H, W), image_size=(H, W))
+    # with no image the tower does no work (the inventory runs it 0 times): its records are shaped for one
+    return Workload(batch_size=max(images(workload), 1), seq_len=tokens_per_image(spec, H, W), image_size=(H, W))
 
 
 def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[int, int]:

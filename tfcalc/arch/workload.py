@@ -46,9 +46,9 @@ class Workload(BaseModel):
         None, description="A model of images (ViT): each sequence is one image of (height, width) pixels, seq_len its "
                           "patches and the class token. A model with a vision tower: each image's size. None: the "
                           "model's own image size.")
-    images: Size | None = Field(None, description="A model with a vision tower: images in the step, each encoded "
-                                                   "once by the tower (None: one). A model of images alone (ViT) "
-                                                   "runs batch_size images.")
+    images: Count | None = Field(None, description="A model with a vision tower: images in the step, each encoded "
+                                                    "once by the tower (None: one; 0: a prompt of text alone). A "
+                                                    "model of images alone (ViT) runs batch_size images.")
     mel_frames: Size | None = Field(
         None, description="A model of audio (Whisper): log-mel frames per sequence (100 a second), an even number; "
                           "the encoder's src_len is half of them. None: not set (a model of audio: its own window).")

@@ -166,6 +166,9 @@ def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload 
     if w.phase == "decode":
         raise TfcalcError(f"phase='decode': {spec.label}'s towers did their work at the prefill; check the prefill "
                           "(--phase prefill) or the language model alone (--tower text)")
+    if w.images == 0:
+        raise TfcalcError(f"images=0: no tower of {spec.label} runs on a prompt of text alone; check its language "
+                          "model (--tower text)")
     parts = [("", check(text_tower(spec), device, train, w.model_copy(update={"images": None, "image_size": None}),
                         fold))]
     parts += [(name, check(spec.towers[name], device, train, tower_workload(spec, name, w), fold))
