@@ -149,7 +149,8 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_quant", "GPT_OSS_120B", "gpt-oss-120b"),
                ("test_hf_llama4", "SCOUT", "llama4-scout"),
                ("test_hf_llama4", "MAVERICK", "llama4-maverick"),
-               ("test_whisper", "WHISPER_LARGE_V3", "whisper-large-v3"))
+               ("test_whisper", "WHISPER_LARGE_V3", "whisper-large-v3"),
+               ("test_towers_whole", "CLIP_L14", "clip-vit-l14"))
     if quick:
         return out
     for module, attr, preset in singles:
@@ -200,11 +201,13 @@ def run_params(res: Results, presets: list[str] | None, quick: bool = False) -> 
                             note=why))
             continue
         config, where = configs[name]
-        raw = {k: v for k, v in _language_model(config).items() if k != "quantization_config"}
         spec = load_preset(name)
+        # a whole multimodal preset (its towers): the whole class; a language model's: its language model alone
+        raw = {k: v for k, v in (config if spec.towers else _language_model(config)).items()
+               if k != "quantization_config"}
         try:
             model, _ = hf_model.build(raw, lm_head=spec.lm_head, encoder_decoder=spec.is_encoder_decoder,
-                                      classifier=spec.n_classes is not None)
+                                      classifier=spec.n_classes is not None, multimodal=bool(spec.towers))
             theirs = sum(hf_model.parameters(model).values())
             res.add(Row("params", name, "total", count(spec).params.total, theirs,
                         f"{type(model).__name__} ({oracle})", note=f"config: {where}"))
