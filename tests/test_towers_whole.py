@@ -104,3 +104,60 @@ def test_one_tower_of_a_whole_config_is_its_own_class(tmp_path):
     assert bad.exit_code == 2 and "has no audio tower (it has text, vision)" in bad.output
     decode = runner.invoke(app, ["count", "--hf-config", str(path), "--phase", "decode"])
     assert decode.exit_code == 2 and "encodes texts and images" in decode.output, decode.output
+
+
+def _wrapper_config(name: str) -> dict:
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "wrapper_configs.json").read_text())[name]["config"]
+
+
+def test_qwen2_5_vl_7b_is_8_292_166_656_parameters_as_its_generation_class(tmp_path):
+    # the language model and head (tests/test_hf_wrappers.py: 28 * 233,057,792 + 2 * 152064 * 3584 + 3584) and the
+    # vision tower with its merger (tests/test_qwen_vl_vision.py)
+    config = _wrapper_config("qwen2.5-vl-7b-instruct")
+    spec = read_hf_config(write(tmp_path, config)).spec
+    result = count(spec)
+    assert result.towers["text"]["params"] == 28 * 233_057_792 + 2 * 152064 * 3584 + 3584 == 7_615_616_512
+    assert result.towers["vision"]["params"] == 676_550_144
+    assert result.params.total == 8_292_166_656 == meta_params(transformers.Qwen2_5_VLForConditionalGeneration,
+                                                                 config)
+    assert count(load_preset("qwen2.5-vl-7b")).params.total == 8_292_166_656
+    assert load_preset("qwen2.5-vl-7b").replace(name=None) == spec.replace(name=None)
+    # one 448 x 448 image: 32 x 32 patches of 14, merged 2 x 2 into 256 tokens of the prompt
+    assert "1 image of 448x448 (256 of the tokens)" in runner.invoke(
+        app, ["count", "-p", "qwen2.5-vl-7b", "-N", "1024"], env={"COLUMNS": "200"}).output
+
+
+QWEN_VL = {
+    "qwen2_vl": ({"model_type": "qwen2_vl_text"},
+                 {"model_type": "qwen2_vl_vision", "depth": 2, "embed_dim": 24, "hidden_size": 32, "num_heads": 2,
+                  "mlp_ratio": 2, "patch_size": 2, "spatial_merge_size": 2, "temporal_patch_size": 2}),
+    "qwen2_5_vl": ({"model_type": "qwen2_5_vl_text"},
+                   {"model_type": "qwen2_5_vl_vision", "depth": 2, "hidden_size": 32, "intermediate_size": 40,
+                    "out_hidden_size": 32, "num_heads": 2, "patch_size": 2, "spatial_merge_size": 2,
+                    "temporal_patch_size": 2, "window_size": 8, "fullatt_block_indexes": [1]}),
+}
+
+
+@pytest.mark.parametrize("model_type", QWEN_VL)
+def test_whole_qwen_vl_equals_its_generation_class(tmp_path, model_type):
+    text, vision = QWEN_VL[model_type]
+    config = {"model_type": model_type, "text_config": {**text, "vocab_size": 300, "hidden_size": 32,
+                                                         "intermediate_size": 64, "num_hidden_layers": 2,
+                                                         "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                         "max_position_embeddings": 128,
+                                                         "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]}},
+              "vision_config": vision, "image_token_id": 299, "video_token_id": 298, "vision_start_token_id": 297}
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    # two images of 16 x 24 pixels: 8 x 12 patches of 2 each, merged 2 x 2 into 24 tokens of the prompt each
+    workload = Workload(batch_size=2, seq_len=40, images=2, image_size=(16, 24))
+    report = hf_model.compare(path, spec, workload)
+    assert report.match, [r for r in report.rows if r.match is False]
+    assert not [r for r in report.rows if r.component.startswith("(unmapped)")]
+    assert check(spec, workload=workload, train=True).match
+    assert count(spec, workload).workload.images == 2
+    from tfcalc.arch.towers import image_tokens
+
+    assert image_tokens(spec, workload) == 2 * (8 * 12) // 4

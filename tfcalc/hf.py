@@ -230,7 +230,9 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
             inner = {}
         if not isinstance(inner, dict):
             raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
-        if inner.get("model_type", inner_type) != inner_type:
+        if inner.get("model_type", inner_type) == outer_type:  # an older save's spelling (Qwen2.5-VL's before 4.5x)
+            notes.append(f"{key}.model_type={show(outer_type)} read as {inner_type!r}, as transformers renames it")
+        elif inner.get("model_type", inner_type) != inner_type:
             raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
         towers[tower], _ = _fields({**inner, "model_type": inner_type}, inner_type, path, notes, where=key)
     types = COMMON_TYPES | family.types

@@ -103,9 +103,9 @@ class Family:
     # where each tower sits in transformers' whole class: tower ("text", "vision") -> a regex prefix of its modules'
     # paths (check --hf-config maps them by the tower's own family's table, the vision tower's under "vision/")
     prefixes: Mapping[str, str] | None = None
-    # the whole class's forward inputs beside input_ids and pixel_values: (transformers' config, {"input_ids": ...,
-    # "pixel_values": ...}, the workload, the image tokens) -> the inputs (image placeholder tokens, grids, ...)
-    hf_inputs: Callable[[Any, dict[str, Any], Workload, int], dict[str, Any]] | None = None
+    # a whole class whose forward cannot run on meta (it reads an image grid's values): (the model, the spec, the
+    # workload) -> its parts to trace, each (prefix of its modules' paths, the submodule, its forward's inputs)
+    hf_trace: Callable[[Any, ModelSpec, Workload], list[tuple[str, Any, dict[str, Any]]]] | None = None
     wrapper: Wrapper | None = None  # a nested family: how its generation class reads that field (Wrapper() if None)
     # a language model that transformers builds only inside a multimodal config (no generation class of its own: its
     # lm_head is the wrapper's): read from that config's text_config, refused as a top-level model_type

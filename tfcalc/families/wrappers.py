@@ -113,12 +113,56 @@ VOXTRAL_TEXT = {"vocab_size": 131072, "hidden_size": 3072, "intermediate_size": 
                 "rope_theta": 100000000.0, "head_dim": 128}
 TEXT = "text_config"
 
+
+def qwen_vl_tokens(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
+    """Qwen2-VL's and Qwen2.5-VL's images in the prompt: the vision tower's merger already outputs the language
+    model's width, one token per spatial_merge_size^2 patches; nothing of its own joins them (no parameters)."""
+    m = towers["vision"]["kinds"]["patch_merger"].get("merge", None) or towers["vision"]["kinds"]["patch_embedding"][
+        "merge_size"]
+    notes.append(f"{cfg.get('model_type', 'qwen2_vl')}: each image's patches merged {m}x{m} by the vision tower's "
+                 "merger into tokens of the prompt")
+    return [dict(name="image_tokens", source="vision", merge=m * m)]
+
+
+def qwen_vl_parts(model, spec, workload) -> list:
+    """Qwen2-VL's generation class traced part by part on meta (its forward reads image_grid_thw's values and the
+    multimodal rotary's positions from the token ids): the vision tower on every image's patches and grid, the
+    language model on the prompt's embeddings (the images' tokens among them, merged in place), lm_head on its output."""
+    import torch
+
+    from ..arch.towers import image_size, images
+    from ..verify.hf_model import _patch_inputs
+
+    sizes = spec.towers["vision"].sizes("patch_embedding")
+    n = images(workload)
+    parts = []
+    if n:
+        inputs = _patch_inputs(model.model.visual, n, sizes.channels, sizes.temporal_patch_size, sizes.patch_size,
+                               image_size(spec, workload))
+        parts.append(("model.visual", model.model.visual, inputs))
+    B, N, D = workload.batch_size, workload.seq_len, spec.d_model
+    embeds = torch.empty(B, N, D, device="meta")
+    positions = torch.zeros(3, B, N, dtype=torch.long, device="meta")  # mrope's t, h, w positions
+    parts.append(("model.language_model", model.model.language_model,
+                  {"inputs_embeds": embeds, "position_ids": positions}))
+    parts.append(("lm_head", model.lm_head, {"input": torch.empty(B, N, D, device="meta")}))
+    return parts
+
+
+def qwen_vl_whole(vision_type: str) -> dict:
+    """A Qwen-VL wrapper read whole: its vision tower, and where transformers' generation class keeps each part."""
+    return dict(towers={"vision": (vision_type, "vision_config")}, connectors=qwen_vl_tokens,
+                prefixes={"text": r"model\.language_model\.", "vision": r"model\.visual\."},
+                components=[(r"lm_head", "head")], types=dict(model_type="str"), hf_trace=qwen_vl_parts)
+
 register(
     # the class moves a pre-v5 text_config.tie_word_embeddings=true to the outer flag; with no text_config, the
     # language model's fields are the top-level ones
-    Family("qwen2_vl", nested=("qwen2_vl_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True, at_top=True)),
+    # read whole: the vision tower (its merger included: tfcalc/families/qwen_vl.py) from vision_config
+    Family("qwen2_vl", nested=("qwen2_vl_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True, at_top=True),
+           **qwen_vl_whole("qwen2_vl_vision")),
     Family("qwen2_5_vl", nested=("qwen2_5_vl_text", TEXT),
-           wrapper=Wrapper(tie=False, tie_from_text=True, at_top=True)),
+           wrapper=Wrapper(tie=False, tie_from_text=True, at_top=True), **qwen_vl_whole("qwen2_5_vl_vision")),
     Family("qwen3_vl", nested=("qwen3_vl_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("qwen3_vl_moe", nested=("qwen3_vl_moe_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True)),

@@ -245,6 +245,10 @@ def _config_for(path: Path, raw: dict, spec: ModelSpec, notes: list[str],
             written = Path(folder) / "config.json"
             written.write_text(json.dumps(wrapper if wrapper is not None else raw))
             base = read_hf_config(written).spec.replace(name=base.name)
+            if base.towers:  # a whole multimodal config rewritten: its text tower, compared here
+                from ..arch.towers import select
+
+                base = select(base, "text")
     given = ModelSpec.model_fields if overrides is None else overrides  # the flags given, when known
     ignored = sorted(k for k in given if k not in _WORKLOAD_FIELDS and getattr(spec, k) != getattr(base, k))
     if ignored:
@@ -502,6 +506,20 @@ def trace(model, workload: Workload, encoder_decoder: bool,
     return total, {k: v for k, v in own.items() if v}, outside
 
 
+def trace_parts(parts: list[tuple[str, Any, dict]]) -> tuple[int, dict[str, int], int]:
+    """(total FLOPs, each module's own FLOPs by its path in the whole model, FLOPs outside any submodule) of a whole
+    model traced part by part on meta: each (prefix of its path, the submodule, its forward's inputs) (a vision tower
+    on its patches and grid, the language model on the merged embeddings, the head on its hidden states)."""
+    total, own, outside = 0, {}, 0
+    for prefix, module, inputs in parts:
+        t, o, rest = trace(module, Workload(seq_len=1), False, inputs=inputs)
+        total += t
+        own.update({f"{prefix}.{name}": v for name, v in o.items()})
+        if rest:
+            own[prefix] = own.get(prefix, 0) + rest  # the part's own work (a head is one module: all of it)
+    return total, own, outside
+
+
 def _patch_inputs(model, images: int, channels: int, frames: int, p: int, hw: tuple[int, int]) -> dict:
     """A vision tower's inputs as the Qwen2-VL processor gives them: every image's patches, one row of C*T*p*p
     pixels each, and grid_thw (1, H/p, W/p) per image. grid_thw stays on the CPU (the tower reads it with tolist());
@@ -695,7 +713,7 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
 
     import torch
 
-    from ..arch.towers import image_size, image_tokens
+    from ..arch.towers import image_size
     from ..counts import count
     from ..hf import read_hf_config
     from .components import comparable
@@ -725,9 +743,10 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
         if (H, W) != (sizes.height, sizes.width) and "interpolate_pos_encoding" in inspect.signature(
                 model.forward).parameters:  # another size than the tower's own: its position table interpolated
             inputs["interpolate_pos_encoding"] = True
-    if family.hf_inputs is not None:
-        inputs = family.hf_inputs(model.config, inputs, work, image_tokens(spec, work))
-    total, own, outside = _guarded(path, trace, model, work, False, inputs=inputs)
+    if family.hf_trace is not None:  # a class whose whole forward cannot run on meta: traced part by part
+        total, own, outside = _guarded(path, trace_parts, family.hf_trace(model, spec, work))
+    else:
+        total, own, outside = _guarded(path, trace, model, work, False, inputs=inputs)
     if outside and component_of(model_type, "") is not None:  # the whole class's own work (a dual encoder's logits)
         own, outside = {**own, "": outside}, 0
     params = parameters(model)
