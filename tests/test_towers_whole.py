@@ -161,3 +161,27 @@ def test_whole_qwen_vl_equals_its_generation_class(tmp_path, model_type):
     from tfcalc.arch.towers import image_tokens
 
     assert image_tokens(spec, workload) == 2 * (8 * 12) // 4
+
+
+def test_whole_gemma3_equals_its_generation_class(tmp_path):
+    # a SigLIP tower of 4 x 4 patches pooled 2 x 2 into 4 tokens of the prompt, RMSNorm, one matmul 48 -> 32
+    config = {"model_type": "gemma3", "mm_tokens_per_image": 4, "image_token_index": 299, "boi_token_index": 297,
+              "eoi_token_index": 298,
+              "text_config": {"model_type": "gemma3_text", "vocab_size": 300, "hidden_size": 32,
+                              "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 8,
+                              "max_position_embeddings": 64},
+              "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 48, "intermediate_size": 96,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 32, "patch_size": 8,
+                                "vision_use_head": False}}
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    result = count(spec)
+    assert result.towers["connectors"]["params"] == 48 + 48 * 32  # mm_soft_emb_norm, mm_input_projection_weight
+    assert result.flops.components["multi_modal_projector"] == 2 * 4 * 48 * 32  # 4 pooled tokens of one image
+    assert result.params.total == meta_params(transformers.Gemma3ForConditionalGeneration, config)
+    report = hf_model.compare(path, spec, Workload(batch_size=1, seq_len=16, images=1))
+    assert report.match, [r for r in report.rows if r.match is False]
+    assert check(spec, workload=Workload(batch_size=1, seq_len=16, images=1), train=True).match
+    other = runner.invoke(app, ["count", "--hf-config", str(path), "--image-size", "64"])
+    assert other.exit_code == 2 and "multi_modal_projector reads images of 32x32 alone" in other.output, other.output
