@@ -505,6 +505,8 @@ STRICTER = {("bart", f): "declared int | None, but BartModel cannot be built wit
              "decoder_attention_heads", "d_model", "activation_function")}
 STRICTER |= {("granitemoe", f): "declared int | None, but GraniteMoeModel cannot be built with null" for f in
              ("num_local_experts", "num_experts_per_tok")}
+STRICTER |= {("clip_vision_model", f): "declared int | list | tuple | None, but CLIPVisionEmbeddings cannot be "
+             "built with null (image_size // patch_size)" for f in ("image_size", "patch_size")}
 SAMPLES = [True, 5, 5.5, "x", None, [1], ["x"], {"a": 1}]
 
 
