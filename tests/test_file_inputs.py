@@ -458,6 +458,14 @@ BASE["qwen2_vl_vision"] = dict(depth=2, embed_dim=32, hidden_size=24, num_heads=
 BASE["qwen2_5_vl_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
                                  patch_size=2, spatial_merge_size=2, temporal_patch_size=2, window_size=8,
                                  fullatt_block_indexes=[1], in_channels=3)
+# two cross-attention blocks of four, their keys one 28 x 28 tile of 14-pixel patches: (28 // 14)^2 + 1 = 5 tokens
+BASE["mllama_text_model"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                 intermediate_size=96, max_position_embeddings=32, vocab_size=100,
+                                 cross_attention_layers=[1, 3],
+                                 vision_config=dict(image_size=28, patch_size=14, max_num_tiles=1))
+BASE["whisper"] = dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_attention_heads=4,
+                       decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, num_mel_bins=8,
+                       max_source_positions=16, max_target_positions=32, vocab_size=100, tie_word_embeddings=False)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -497,6 +505,8 @@ STRICTER = {("bart", f): "declared int | None, but BartModel cannot be built wit
              "decoder_attention_heads", "d_model", "activation_function")}
 STRICTER |= {("granitemoe", f): "declared int | None, but GraniteMoeModel cannot be built with null" for f in
              ("num_local_experts", "num_experts_per_tok")}
+STRICTER |= {("clip_vision_model", f): "declared int | list | tuple | None, but CLIPVisionEmbeddings cannot be "
+             "built with null (image_size // patch_size)" for f in ("image_size", "patch_size")}
 SAMPLES = [True, 5, 5.5, "x", None, [1], ["x"], {"a": 1}]
 
 
@@ -853,6 +863,27 @@ DIRECT["llama4_text"] = {k: v for k, v in _DECODER_DIRECT.items() if k not in ("
                                                                           "intermediate_size")}
 DIRECT["llama4_text"] |= dict(intermediate_size_mlp="d_ff", attention_bias="bias", num_local_experts="n_experts",
                               num_experts_per_tok="top_k", attention_chunk_size="attention_chunk_size")
+# CLIP's and SigLIP's towers: the encoder's sizes (a vision tower's image and patch sizes set the kinds' grid and
+# seq_len, not one field; projection_dim is read only when architectures names CLIP's *WithProjection class)
+_TOWER_DIRECT = dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads",
+                     intermediate_size="d_ff")
+DIRECT["clip_vision_model"] = _TOWER_DIRECT
+DIRECT["clip_text_model"] = _TOWER_DIRECT | dict(vocab_size="vocab_size", max_position_embeddings="max_positions")
+DIRECT["siglip_vision_model"] = _TOWER_DIRECT | dict(vision_use_head="attention_pool")
+DIRECT["siglip2_vision_model"] = _TOWER_DIRECT | dict(vision_use_head="attention_pool")
+DIRECT["siglip_text_model"] = DIRECT["clip_text_model"] | dict(projection_size="d_projection")
+# Mllama's head is never tied, its token table vocab_size + 8 rows (embedding_rows moves with vocab_size), its heads
+# hidden_size / num_attention_heads wide (head_dim not read), its cross-attention blocks a rule over the layers
+DIRECT["mllama_text_model"] = {k: v for k, v in _DECODER_DIRECT.items()
+                               if k not in ("num_hidden_layers", "head_dim", "vocab_size", "tie_word_embeddings")}
+# WhisperConfig's attribute_map: the common names land where its own do (the two stacks' heads and MLP widths are one
+# spec field each: a decoder's that differs from the encoder's is refused)
+DIRECT["whisper"] = dict(encoder_layers="n_encoder_layers", decoder_layers="n_layers", d_model="d_model",
+                         encoder_attention_heads="n_heads", decoder_attention_heads="n_heads",
+                         encoder_ffn_dim="d_ff", decoder_ffn_dim="d_ff", vocab_size="vocab_size",
+                         max_target_positions="max_positions", tie_word_embeddings="tie_embeddings",
+                         hidden_size="d_model", num_attention_heads="n_heads", num_key_value_heads="n_heads",
+                         num_hidden_layers="n_encoder_layers")
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 
 

@@ -114,7 +114,9 @@ def test_nested_llama4_config_reads_its_text_config(tmp_path):
     assert nested.spec.replace(name="x") == read_hf_config(write(tmp_path, SMALL, "text.json")).spec.replace(name="x")
     assert "the other towers (vision, audio) and the multimodal projectors are not counted" in nested.source
     report = hf_model.compare(tmp_path / "config.json", nested.spec, Workload(batch_size=1, seq_len=7))
-    assert report.match and report.model_class == "Llama4ForCausalLM"
+    # check builds the generation class (Llama4ForConditionalGeneration) and compares its language model and head
+    assert report.match and report.model_class == "LanguageModel"
+    assert any("llama4: transformers' generation class built from the whole config" in n for n in report.notes)
 
 
 def test_defaults_read_as_scout(tmp_path):

@@ -26,8 +26,9 @@ ELSEWHERE = {"mamba2", "nemotron_h", "bamba", "granitemoehybrid", "mamba", "jamb
              # the whole dual encoders: tests/test_towers_whole.py holds them against CLIPModel and SiglipModel
              "clip", "siglip"}
 TYPES = [t for t in model_types() if t not in ELSEWHERE]
-# where a multimodal generation class keeps its language model and head (every other tower is left out)
-LANGUAGE_MODEL = ("model.language_model.", "model.text_model.", "lm_head.")
+# where a multimodal generation class keeps its language model and head (every other tower is left out);
+# Llama4ForConditionalGeneration keeps a whole Llama4ForCausalLM, head and all, as language_model
+LANGUAGE_MODEL = ("model.language_model.", "model.text_model.", "lm_head.", "language_model.")
 
 # Small sizes under each config class's own names (only the names a family reads are given)
 SMALL = dict(
@@ -66,12 +67,18 @@ def write(folder, config: dict):
     return folder
 
 
+def multimodal(config) -> bool:
+    """Whether transformers' `config` is a multimodal config whose language model tfcalc reads from a field."""
+    return config.model_type in REGISTRY and family(config.model_type).nested is not None
+
+
 def built(folder, lm_head: bool, encoder_decoder: bool) -> int:
     """transformers' sum(p.numel()) of the class it builds from the config in `folder` (read with from_pretrained),
-    on meta, tied weights once; of a multimodal config its language model only."""
+    on meta, tied weights once; of a multimodal config its language model only (of its generation class, as check
+    --hf-config builds it: AutoModelForCausalLM maps llama4 to Llama4ForCausalLM, which cannot take a Llama4Config)."""
     def build():
         config = transformers.AutoConfig.from_pretrained(folder)
-        cls = hf_model._model_class(transformers, config, lm_head, encoder_decoder)
+        cls = hf_model._model_class(transformers, config, lm_head, encoder_decoder, multimodal=multimodal(config))
         with torch.device("meta"):
             return cls._from_config(config)
 
@@ -255,6 +262,8 @@ def test_one_field_changed_at_a_time_counts_what_the_class_builds(tmp_path_facto
 # a field the class reads in a way tfcalc does not model ("forward"), or a kind tfcalc holds stricter than the class,
 # where null would count as the default ("kind": left, each a one-line refusal naming the field)
 NULLS_REFUSED = {
+    # (Llama 4: save_pretrained writes layer_types with chunked_attention blocks; a null chunk size fails their mask)
+    "llama4_text": {"attention_chunk_size": "forward"},
     "t5": {"tie_word_embeddings": "kind"}, "gemma3_text": {"sliding_window_pattern": "kind"},
     "gemma3": {"sliding_window_pattern": "kind"}, "cohere": {"logit_scale": "forward"},
     "cohere2": {"sliding_window": "forward", "sliding_window_pattern": "kind"},
@@ -375,7 +384,8 @@ def tied_by_transformers(folder) -> bool:
     def build():
         config = transformers.AutoConfig.from_pretrained(folder)
         with torch.device("meta"):
-            return hf_model._model_class(transformers, config, True, False)._from_config(config)
+            return hf_model._model_class(transformers, config, True, False, multimodal=multimodal(config))._from_config(
+                config)
 
     model = quiet(build)
     return model.get_output_embeddings().weight is model.get_input_embeddings().weight
@@ -397,8 +407,10 @@ def test_the_head_is_tied_by_the_outer_flag_as_transformers_reads_it(tmp_path, m
     if wrapper.untied:
         assert "generation class ties no weights (lm_head is its own)" in source.source
     else:
-        inner_read = wrapper.tie_from_text and inner
+        inner_read = wrapper.text_flag_only or wrapper.tie_from_text and inner
         assert (f"{key}.tie_word_embeddings={inner} not read" in source.source) is (outer is None and not inner_read)
+        if wrapper.text_flag_only:  # (Llama 4) the outer flag is said not read where given
+            assert (f"tie_word_embeddings={outer} not read" in source.source) is (outer is not None)
     # check --hf-config builds the language model with the same head (a whole model's: its text tower, --tower text)
     text = select(source.spec, "text") if source.spec.towers else source.spec
     report = hf_model.compare(tmp_path, text, Workload(batch_size=1, seq_len=4))

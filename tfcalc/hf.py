@@ -311,7 +311,8 @@ def language_model(raw: dict, model_type: str, path: Path, notes: list[str], who
 def _tie(raw: dict, text: dict, model_type: str, key: str, path: Path, notes: list[str]) -> Any:
     """The tie_word_embeddings the generation class ties lm_head by (None: the language model's default): the outer
     flag (or an alias of it the class reads over it), else the class's default; a true text_config flag too where the
-    class moves it to the outer one; never, for a class that ties no weights."""
+    class moves it to the outer one; the text_config flag alone where the class's language model ties its own head;
+    never, for a class that ties no weights."""
     w = registry.family(model_type).wrapper
     inner = text.get("tie_word_embeddings")
     if w.untied:
@@ -331,6 +332,16 @@ def _tie(raw: dict, text: dict, model_type: str, key: str, path: Path, notes: li
             notes.append(f"{names[-1]}={show(outer)} read as tie_word_embeddings (transformers sets it from it)")
     else:
         outer = w.tie
+    if w.text_flag_only:
+        if names:
+            notes.append(f"{names[-1]}={show(outer)} not read: {model_type}'s language model ties lm_head by "
+                         f"{key}.tie_word_embeddings")
+        if "tie_word_embeddings" not in text:
+            return None  # the language model's default
+        problems = check_type(f"{key}.tie_word_embeddings", inner, "bool")
+        if problems:
+            raise TfcalcError(f"{path}: {problems[0]}")
+        return inner
     if w.tie_from_text and "tie_word_embeddings" in text:
         problems = check_type(f"{key}.tie_word_embeddings", inner, "bool?")  # null: not true, as the class reads it
         if problems:

@@ -32,7 +32,7 @@ from ..hf import (
     shortest_cycle,
     show,
 )
-from .registry import Difference, Family, register
+from .registry import Difference, Family, Wrapper, register
 
 MODEL_TYPE = "llama4_text"
 
@@ -183,6 +183,7 @@ def dense_experts(diff: Difference) -> str | None:
 register(
     Family(MODEL_TYPE, DEFAULTS, TYPES, llama4_text, COMPONENTS, known=dense_experts),
     # the multimodal config: its language model is read from text_config; the vision tower and projector are not
-    # counted
-    Family("llama4", nested=(MODEL_TYPE, "text_config")),
+    # counted. Llama4ForConditionalGeneration holds a whole Llama4ForCausalLM (language_model), which ties its head
+    # by text_config.tie_word_embeddings alone: the outer flag changes nothing
+    Family("llama4", nested=(MODEL_TYPE, "text_config"), wrapper=Wrapper(text_flag_only=True)),
 )

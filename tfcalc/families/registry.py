@@ -76,6 +76,9 @@ class Wrapper:
     at_top: bool = False  # no text_config: the language model's fields are the top-level ones (Qwen2-VL's old saves)
     tie: bool | None = None  # the class's tie_word_embeddings default; None: the language model's default
     tie_from_text: bool = False  # a true text_config.tie_word_embeddings ties too (the class moves it to the outer)
+    # text_config.tie_word_embeddings alone ties, the outer flag is not read (Llama 4: the generation class holds a whole
+    # Llama4ForCausalLM, which ties its own head by its own config)
+    text_flag_only: bool = False
     untied: bool = False  # the class ties no weights whatever the flags say (no _tied_weights_keys: Voxtral)
     tie_aliases: tuple[str, ...] = ()  # outer names read over tie_word_embeddings (LFM2-VL's tie_embedding)
 

@@ -365,10 +365,13 @@ def build_language_model(raw: dict):
             super().__init__()
             self.model, self.lm_head = decoder, head
 
-        def forward(self, input_ids, use_cache=None):
-            return self.lm_head(self.model(input_ids=input_ids, use_cache=use_cache).last_hidden_state)
+        def forward(self, input_ids, use_cache=None, **inputs):  # (Mllama's cross_attention_states, passed on)
+            return self.lm_head(self.model(input_ids=input_ids, use_cache=use_cache, **inputs).last_hidden_state)
 
-    view = LanguageModel(model.get_decoder(), model.get_output_embeddings()).eval()
+    decoder = model.get_decoder()
+    if getattr(decoder, "lm_head", None) is not None:  # a whole causal LM inside (Llama 4's Llama4ForCausalLM, which
+        decoder = decoder.model  # get_decoder returns as it is): its own decoder
+    view = LanguageModel(decoder, model.get_output_embeddings()).eval()
     return view, _route_experts_round_robin(view)
 
 
