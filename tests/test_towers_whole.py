@@ -185,3 +185,30 @@ def test_whole_gemma3_equals_its_generation_class(tmp_path):
     assert check(spec, workload=Workload(batch_size=1, seq_len=16, images=1), train=True).match
     other = runner.invoke(app, ["count", "--hf-config", str(path), "--image-size", "64"])
     assert other.exit_code == 2 and "multi_modal_projector reads images of 32x32 alone" in other.output, other.output
+
+
+def test_whole_llava_equals_its_generation_class_and_another_tower_is_its_language_model(tmp_path):
+    config = {"model_type": "llava", "image_token_index": 299,
+              "text_config": {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+                              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                              "max_position_embeddings": 128},
+              "vision_config": {"model_type": "clip_vision_model", "hidden_size": 48, "intermediate_size": 96,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 32, "patch_size": 8}}
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    workload = Workload(batch_size=2, seq_len=40, images=2)
+    result = count(spec, workload)
+    # each image's 16 patches (its class token dropped, "default"): linear_1 48 -> 32, GELU, linear_2 32 -> 32
+    assert result.towers["connectors"] == {"params": 48 * 32 + 32 + 32 * 32 + 32,
+                                           "forward": 2 * (2 * 16) * (48 * 32 + 32 * 32)}
+    assert result.params.total == meta_params(transformers.LlavaForConditionalGeneration, config)
+    report = hf_model.compare(path, spec, workload)
+    assert report.match, [r for r in report.rows if r.match is False]
+    assert check(spec, workload=workload, train=True).match
+    # LLaVA with a tower tfcalc does not read as its vision tower (Pixtral's): its language model, by --tower text
+    (tmp_path / "pixtral").mkdir()
+    pixtral = write(tmp_path / "pixtral", {**config, "vision_config": {"model_type": "pixtral"}})
+    whole = runner.invoke(app, ["count", "--hf-config", str(pixtral)])
+    assert whole.exit_code == 2 and "vision_config.model_type='pixtral' tower is not modelled yet" in whole.output
+    text = runner.invoke(app, ["count", "--hf-config", str(pixtral), "--tower", "text", "--json"])
+    assert json.loads(text.output)["params"]["total"] == count(select(spec, "text")).params.total

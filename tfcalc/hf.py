@@ -14,6 +14,8 @@ Here: reading and validation, and the helpers the family modules share (`decoder
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 import stat
 from pathlib import Path
@@ -117,8 +119,13 @@ def read_hf_config(path: str | Path) -> SpecFile:
         raise TfcalcError(f"{path}: model_type={show(model_type)} is a language model transformers builds only inside "
                           f"a multimodal config ({', '.join(sorted(wrappers_of(model_type)))}): give that config")
     outer, outer_type, text_only = raw, model_type, ""
+    other = _other_tower_type(raw, family)
+    if other:  # a tower of another kind than the one tfcalc reads (LLaVA's Pixtral tower): its language model alone
+        text_only = (f"only the language model of {model_type} is read (from {family.nested[1]}): its {other} is not "
+                     "modelled yet")
+        family = replace(family, towers={})
     if family.nested is not None:
-        if not family.towers:
+        if not family.towers and not text_only:
             text_only = (f"only the language model of {model_type} is read (from {family.nested[1]}): its other "
                          "towers and projectors are not modelled yet")
         raw, model_type = language_model(raw, model_type, path, notes, whole=bool(family.towers))
@@ -189,6 +196,17 @@ def _in_alias_names(message: str, cfg: dict[str, Any], aliases: dict[str, str]) 
         if alias in cfg and not re.search(rf"(?<![\w.]){re.escape(alias)}\b", message):
             message = re.sub(rf"(?<![\w.]){re.escape(own)}=", f"{alias}=", message)
     return message
+
+
+def _other_tower_type(raw: dict, family) -> str:
+    """'vision_config.model_type=...' where a whole config's tower names a model_type its family does not read as that
+    tower (one of several a wrapper takes: LLaVA's clip_vision_model, not Pixtral's), else ''."""
+    for inner_type, key in (family.towers or {}).values():
+        inner = raw.get(key)
+        named = inner.get("model_type") if isinstance(inner, dict) else None
+        if named not in (None, inner_type, raw.get("model_type")):
+            return f"{key}.model_type={show(named)} tower"
+    return ""
 
 
 def _fields(raw: dict, model_type: str, path: Path, notes: list[str], where: str = "") -> tuple[dict, dict]:

@@ -149,6 +149,34 @@ def qwen_vl_parts(model, spec, workload) -> list:
     return parts
 
 
+def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
+    """LlavaMultiModalProjector over each image's tokens of one layer of the CLIP tower (vision_feature_layer; every
+    block of the tower still runs), its class token dropped by the "default" strategy: linear_1 (vision width ->
+    text width), the activation, linear_2 (text width -> text width), biases by multimodal_projector_bias. Its
+    tokens take the image's places in the prompt."""
+    from ..hf import activation_of, refuse_if
+
+    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
+              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    strategy = cfg["vision_feature_select_strategy"]
+    refuse_if(cfg, "vision_feature_select_strategy", strategy not in ("default", "full"), "expected default or full")
+    D_v, D_t = towers["vision"]["d_model"], towers["text"]["d_model"]
+    return [dict(name="multi_modal_projector", source="vision", drop_class_token=strategy == "default",
+                 widths=[D_v, D_t, D_t], bias=cfg["multimodal_projector_bias"],
+                 activation=activation_of(cfg, "projector_hidden_act"))]
+
+
+LLAVA_WHOLE = dict(towers={"vision": ("clip_vision_model", "vision_config")}, connectors=llava_projector,
+                   prefixes={"text": r"model\.language_model\.", "vision": r"model\.vision_tower\.(?:vision_model\.)?"},
+                   components=[(r"lm_head", "head"),
+                               (r"model\.multi_modal_projector\.linear_1", "multi_modal_projector/linear_1"),
+                               (r"model\.multi_modal_projector\.linear_2", "multi_modal_projector/linear_2")],
+                   defaults=dict(vision_feature_layer=-2, vision_feature_select_strategy="default",
+                                 projector_hidden_act="gelu", multimodal_projector_bias=True),
+                   types=dict(vision_feature_layer="int", vision_feature_select_strategy="str",
+                              projector_hidden_act="str", multimodal_projector_bias="bool"))
+
+
 def qwen_vl_whole(vision_type: str) -> dict:
     """A Qwen-VL wrapper read whole: its vision tower, and where transformers' generation class keeps each part."""
     return dict(towers={"vision": (vision_type, "vision_config")}, connectors=qwen_vl_tokens,
@@ -174,7 +202,8 @@ register(
     Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
     # LLaVA 1.5 (llama), LLaVA-Interleave (qwen2), Pixtral 12B (mistral)
     Family("llava", nested=("llama", TEXT),
-           wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True)),
+           wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
+           **LLAVA_WHOLE),
     Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
     Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",))),
     # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model
