@@ -212,3 +212,14 @@ def test_a_prompt_of_text_alone_runs_no_tower(spec, toml):
     assert out.exit_code == 0 and "no image (a prompt of text alone)" in out.output, out.output
     bad = runner.invoke(app, ["count", "--spec", str(toml), "--images", "-1"])
     assert bad.exit_code == 2 and "--images -1: expected 0 or more images" in bad.output, bad.output
+
+
+def test_a_sweep_of_a_multimodal_model_writes_each_tower_as_columns(toml):
+    out = runner.invoke(app, ["count", "--spec", str(toml), "-N", "512,1024", "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    header, first, second = out.output.splitlines()[:3]
+    columns = dict(zip(header.split(","), first.split(",")))
+    assert columns["towers.vision.params"] == str(VIT_B16_NO_POOLER)
+    assert columns["spec.towers.vision.n_layers"] == "12" and columns["spec.n_layers"] == "12"
+    memory = runner.invoke(app, ["memory", "--spec", str(toml), "--context", "300,600", "--format", "csv"])
+    assert memory.exit_code == 0 and "spec.towers.vision.d_model" in memory.output.splitlines()[0], memory.output

@@ -228,7 +228,24 @@ def _flat(data: dict, prefix: str, out: dict) -> dict:
 
 def spec_columns(spec: ModelSpec) -> dict[str, Any]:
     """Every spec field as a `spec.` column (derived defaults filled in; a list joined by commas)."""
-    return {f"spec.{k}": ",".join(v) if isinstance(v, list) else v for k, v in spec.model_dump().items()}
+    return _spec_columns(spec.model_dump())
+
+
+def _spec_columns(spec: dict[str, Any], prefix: str = "spec.") -> dict[str, Any]:
+    """A dumped spec's fields as columns: a list of words joined by commas; a multimodal model's towers each as
+    columns of its own (`spec.towers.vision.n_layers`), its connectors as one JSON column."""
+    import json
+
+    out: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key == "towers":
+            for name, tower in value.items():
+                out.update(_spec_columns(tower, f"{prefix}towers.{name}."))
+        elif key == "connectors":
+            out[f"{prefix}connectors"] = json.dumps(value) if value else ""
+        else:
+            out[f"{prefix}{key}"] = ",".join(value) if isinstance(value, list) else value
+    return out
 
 
 def head(point: Point) -> dict[str, Any]:
@@ -247,7 +264,7 @@ def count_row(point: Point, result: CountResult) -> dict[str, Any]:
     _flat(data, "", row)
     for name, e in estimates.items():
         row.update({f"estimates.{name}.{k}": v for k, v in e.items() if k not in _ESTIMATE_TEXT})
-    row.update({f"spec.{k}": ",".join(v) if isinstance(v, list) else v for k, v in spec.items()})
+    row.update(_spec_columns(spec))
     return row
 
 
