@@ -196,9 +196,11 @@ def _tower_images(spec: ModelSpec, image_size: str | None, images: int | None) -
     out: dict[str, Any] = {"images": 1 if images is None else images}
     if image_size is not None:
         H, W = parse_image_size(image_size)
-        p = vision.sizes("patch_embedding").patch_size
+        sizes = vision.sizes("patch_embedding")
+        p = sizes.multiple  # the patch, times the blocks a merger concatenates (Qwen2-VL's 2 x 2)
+        what = "patch size" if p == sizes.patch_size else "patch size x merge size"
         if H % p or W % p:
-            raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s vision patch size {p} (the "
+            raise TfcalcError(f"--image-size {image_size}: not a multiple of {spec.label}'s vision {what} {p} (the "
                               f"patches would not cover the image; {H // p * p}x{W // p * p} or "
                               f"{-(-H // p) * p}x{-(-W // p) * p} would)")
         out["image_size"] = (H, W)
