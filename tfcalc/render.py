@@ -353,7 +353,7 @@ def towers_table(result: CountResult) -> Table:
     w = result.workload
     caption = ("Each tower counted on its own workload: the language model's tokens (seq_len counts the image tokens "
                f"among them), the vision tower's {w.images or 0} image(s); --tower text|vision picks one.")
-    return Table("Towers", ["tower", "params", "", "share", "forward FLOPs", ""], rows, caption,
+    return Table("Towers", ["tower", "params", "readable", "share", "forward FLOPs", "readable"], rows, caption,
                  right={1, 2, 3, 4, 5}, optional=[1, 4])
 
 
