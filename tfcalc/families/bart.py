@@ -15,22 +15,32 @@ BART_ALIASES = dict(hidden_size="d_model", num_attention_heads="encoder_attentio
                     num_hidden_layers="encoder_layers")
 
 _LAYER = r"model\.(?P<stack>encoder|decoder)\.layers\.\d+\."
+
+
+def block_rules(layer: str) -> list[tuple[str, str]]:
+    """The encoder and decoder blocks' rules (BartEncoderLayer, BartDecoderLayer, and the classes that copy them:
+    Whisper's) under `layer`, a regex of a block's path with its `stack` group."""
+    return [
+        (layer + r"self_attn\.(q_proj|k_proj|v_proj)", "{stack}/attention/qkv"),
+        (layer + r"self_attn", "{stack}/attention/core"),
+        (layer + r"self_attn\.out_proj", "{stack}/attention/out"),
+        (layer + r"self_attn_layer_norm", "{stack}/attention/norm"),
+        (layer + r"encoder_attn\.q_proj", "{stack}/cross_attention/q"),
+        (layer + r"encoder_attn\.(k_proj|v_proj)", "{stack}/cross_attention/kv"),
+        (layer + r"encoder_attn", "{stack}/cross_attention/core"),
+        (layer + r"encoder_attn\.out_proj", "{stack}/cross_attention/out"),
+        (layer + r"encoder_attn_layer_norm", "{stack}/cross_attention/norm"),
+        (layer + r"fc1", "{stack}/mlp/up"),
+        (layer + r"fc2", "{stack}/mlp/down"),
+        (layer + r"final_layer_norm", "{stack}/mlp/norm"),
+    ]
+
+
 COMPONENTS = [
     (r"model\.shared", "embedding/token"),
     (r"model\.(?P<stack>encoder|decoder)\.embed_positions", "{stack}/embedding/position"),
     (r"model\.(?P<stack>encoder|decoder)\.layernorm_embedding", "{stack}/embedding/norm"),
-    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "{stack}/attention/qkv"),
-    (_LAYER + r"self_attn", "{stack}/attention/core"),
-    (_LAYER + r"self_attn\.out_proj", "{stack}/attention/out"),
-    (_LAYER + r"self_attn_layer_norm", "{stack}/attention/norm"),
-    (_LAYER + r"encoder_attn\.q_proj", "{stack}/cross_attention/q"),
-    (_LAYER + r"encoder_attn\.(k_proj|v_proj)", "{stack}/cross_attention/kv"),
-    (_LAYER + r"encoder_attn", "{stack}/cross_attention/core"),
-    (_LAYER + r"encoder_attn\.out_proj", "{stack}/cross_attention/out"),
-    (_LAYER + r"encoder_attn_layer_norm", "{stack}/cross_attention/norm"),
-    (_LAYER + r"fc1", "{stack}/mlp/up"),
-    (_LAYER + r"fc2", "{stack}/mlp/down"),
-    (_LAYER + r"final_layer_norm", "{stack}/mlp/norm"),
+    *block_rules(_LAYER),
     (r"lm_head", "head"),
 ]
 

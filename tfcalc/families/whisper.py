@@ -23,6 +23,7 @@ refuses), median_filter_width, the token ids and suppress lists.
 from __future__ import annotations
 
 from ..hf import activation_of, refuse_if, show
+from .bart import block_rules
 from .registry import Family, register
 
 ALIASES = dict(hidden_size="d_model", num_attention_heads="encoder_attention_heads",
@@ -35,18 +36,7 @@ COMPONENTS = [
     (_TOP + r"encoder\.conv2", "encoder/embedding/conv2"),
     (_TOP + r"(?P<stack>encoder|decoder)\.embed_positions", "{stack}/embedding/position"),
     (_TOP + r"decoder\.embed_tokens", "decoder/embedding/token"),
-    (_LAYER + r"self_attn\.(q_proj|k_proj|v_proj)", "{stack}/attention/qkv"),
-    (_LAYER + r"self_attn", "{stack}/attention/core"),
-    (_LAYER + r"self_attn\.out_proj", "{stack}/attention/out"),
-    (_LAYER + r"self_attn_layer_norm", "{stack}/attention/norm"),
-    (_LAYER + r"encoder_attn\.q_proj", "{stack}/cross_attention/q"),
-    (_LAYER + r"encoder_attn\.(k_proj|v_proj)", "{stack}/cross_attention/kv"),
-    (_LAYER + r"encoder_attn", "{stack}/cross_attention/core"),
-    (_LAYER + r"encoder_attn\.out_proj", "{stack}/cross_attention/out"),
-    (_LAYER + r"encoder_attn_layer_norm", "{stack}/cross_attention/norm"),
-    (_LAYER + r"fc1", "{stack}/mlp/up"),
-    (_LAYER + r"fc2", "{stack}/mlp/down"),
-    (_LAYER + r"final_layer_norm", "{stack}/mlp/norm"),
+    *block_rules(_LAYER),  # BART's blocks, as WhisperEncoderLayer and WhisperDecoderLayer name them
     (_TOP + r"(?P<stack>encoder|decoder)\.layer_norm", "{stack}/final_norm"),
     (r"proj_out", "head"),
 ]
