@@ -39,7 +39,7 @@ def select(spec: ModelSpec, tower: str) -> ModelSpec:
     if not spec.towers:
         if tower == "text" and spec.inputs == "tokens":
             return spec
-        what = "a model of images" if spec.inputs == "images" else "a model of tokens"
+        what = f"a model of {spec.inputs}"  # tokens, images (ViT) or audio (Whisper)
         raise TfcalcError(f"--tower {tower}: {spec.label} is {what} with no other towers (--tower all counts it)")
     if tower == "text":
         return text_tower(spec)
