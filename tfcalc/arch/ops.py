@@ -278,6 +278,9 @@ class Matmul(Record):
     linears: tuple[Linear, ...] | None = field(default=None, repr=False)
     lora: Lora | None = field(default=None, repr=False)
     unbiased: int = 0
+    # elements of the input it keeps for its weight's gradient when not m x k: a convolution keeps its input, not its
+    # windows (Whisper's conv2 over [B, D, F] at stride 2 reads windows of [B * F/2, 3 D]); 0: m x k
+    input_kept: int = 0
 
     @property
     def biases(self) -> int:
@@ -510,8 +513,10 @@ class Matmul(Record):
             return {"gate": par.part((self.m * self.n + self.m * self.k) * a, par.whole)}
         if self.shares_input or self.m == 0:
             return {}
+        if self.role in ("patch", "features") and self.weights:  # it reads the step's input (images, mel frames):
+            return {}  # kept, but no activation of the step, as token ids are not
         split = par.tp if self.split == "row" else par.whole
-        saved = {"input": par.part(self.m * self.k * a, split)}
+        saved = {"input": par.part((self.input_kept or self.m * self.k) * a, split)}
         if self.role == "head":  # the loss: the fp32 log-softmax of the logits (vocabulary-parallel), the loss
             # value and nll_loss's total weight (fp32 scalars)
             saved["loss"] = par.part(self.m * self.n * STAT_BYTES, par.tp) + 2 * STAT_BYTES
@@ -762,6 +767,7 @@ class Table(_NoMatmul, Record):
     kind: str = "token"  # "token", "position" (learned or relative-bias), "token_type", "per_layer", "sinks" ([1, H])
     tokens: int = 0
     sublayer: str = ""
+    frozen: bool = False  # a parameter that does not train (requires_grad False: Whisper's sinusoidal positions)
 
     @property
     def role(self) -> str:
@@ -813,6 +819,9 @@ class Norm(_NoMatmul, Record):
     shares_input: bool = False
     sets: int = 1  # sets of weights: a per-head q/k norm has one per head (each row uses its head's)
     sublayer: str = ""
+    # elements of the storage its input is a view of, when more than rows x width (0: none): a pooled token's norm
+    # (CLIP's post_layernorm over x[:, 0]) keeps a view that keeps the whole last hidden state alive
+    input_kept: int = 0
 
     role = "norm"
 
@@ -841,7 +850,7 @@ class Norm(_NoMatmul, Record):
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
         stats = 1 if self.kind == "rmsnorm" else 2  # a layer norm's mean and rstd, an RMS norm's rstd
         split = par.tp if self.split == "heads" else par.whole  # q/k norms: the heads are split
-        return {"input": 0 if self.shares_input else par.part(self.rows * self.width * a, split),
+        return {"input": 0 if self.shares_input else par.part((self.input_kept or self.rows * self.width) * a, split),
                 "statistics": par.part(self.rows * stats * STAT_BYTES, split)}
 
 
@@ -897,7 +906,8 @@ class Elementwise(_NoMatmul, Record):
             return {}
         # the activation keeps its input (relu: its output, which the next op keeps anyway), and the multiply
         # after it what it multiplies
-        kept = (0 if self.function == "relu" else 1) + self.multiplies
+        # (quick_gelu, x * sigmoid(1.702 x): its multiply keeps x and the sigmoid's output)
+        kept = {"relu": 0, "quick_gelu": 2}.get(self.function, 1) + self.multiplies
         return {"mlp": par.part(self.elements * a * kept, par.tp)} if kept else {}
 
 

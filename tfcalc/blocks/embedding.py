@@ -53,8 +53,8 @@ def kept_once(ctx: Ctx, recompute: str, attention: str = "fused") -> list[tuple[
     attn_mask), Gemma 4's per-layer inputs [T, L, P] (read by every block, a slice each)."""
     spec, s, name = ctx.spec, ctx.s, ctx.name
     kept: list[tuple[str, int, int]] = []
-    if spec.positions == "learned":
-        kept.append((name("embedding/position ids"), s, 8))
+    if spec.positions == "learned" and spec.stack_input(ctx.stack.name) == "embedding":  # a patch embedding, an
+        kept.append((name("embedding/position ids"), s, 8))  # audio front end add their tables' rows: no ids
     if spec.positions == "relative":
         kept.append((name("attention/relative bucket ids"), s * ctx.keys, 8))
         if recompute != "none" or attention == "fused":

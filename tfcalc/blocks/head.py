@@ -12,8 +12,12 @@ from ..arch.ops import Matmul, Op
 
 def final_norm(ctx: Ctx) -> list[Op]:
     ctx = replace(ctx, final=True)  # over the scored positions after KV-sharing blocks in a prefill
-    # pooled_final_norm (CLIP's vision post_layernorm): only each sequence's first token, [B, D]
-    return [norm(ctx, "final_norm", ctx.b if ctx.spec.pooled_final_norm else ctx.t)] if ctx.spec.final_norm else []
+    if not ctx.spec.final_norm:
+        return []
+    if ctx.spec.pooled_final_norm:  # CLIP's vision post_layernorm: only each sequence's first token, [B, D], a view
+        # of the last hidden state [T, D] that keeps all of it for backward
+        return [replace(norm(ctx, "final_norm", ctx.b), input_kept=ctx.t * ctx.spec.d_model)]
+    return [norm(ctx, "final_norm", ctx.t)]
 
 
 def head(ctx: Ctx) -> list[Op]:

@@ -422,12 +422,26 @@ def _stack_extras(ctx: Ctx, recompute: str, attention: str) -> tuple[Kept, Kept]
     return once, per_stage
 
 
+def _towers(spec: ModelSpec, workload: Workload) -> list[tuple[str, ModelSpec, Workload]]:
+    """(the inventory's tower name, the spec, its workload) of each tower: the model itself ("") in a model of one;
+    a multimodal model's text tower and each other tower on its own workload (tfcalc.arch.towers)."""
+    if not spec.towers:
+        return [("", spec, workload)]
+    from ..arch.towers import images, text_tower, tower_workload
+
+    if workload.images is None:
+        workload = workload.model_copy(update={"images": images(workload)})
+    text = ("text", text_tower(spec), workload.model_copy(update={"images": None, "image_size": None}))
+    return [text, *((name, own, tower_workload(spec, name, workload)) for name, own in spec.towers.items())]
+
+
 def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, attention: str,
             adapters=None) -> list[list[_Part]]:
     """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
     evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
     stage that holds some of its blocks)."""
-    extras = {stack.name: _stack_extras(Ctx(spec, workload, stack), recompute, attention) for stack in stacks(spec)}
+    extras = {(tower, stack.name): _stack_extras(Ctx(own, w, stack), recompute, attention)
+              for tower, own, w in _towers(spec, workload) for stack in stacks(own)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
         if adapters is not None:
@@ -437,11 +451,11 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, attent
         for g in groups:
             kept: tuple[tuple[str, int, int], ...] = ()
             if g.stack is not None:
-                once, per_stage = extras[g.stack.name]
+                once, per_stage = extras[g.tower, g.stack.name]
                 if g.kind == "embedding":
                     kept = once
-                elif g.block and per_stage and g.stack.name not in with_stage_extras:
-                    with_stage_extras.add(g.stack.name)
+                elif g.block and per_stage and (g.tower, g.stack.name) not in with_stage_extras:
+                    with_stage_extras.add((g.tower, g.stack.name))
                     parts.append(_Part((), 1, False, per_stage))
             parts.append(_Part(g.ops, g.repeat, g.block, kept, g.copies))
         out.append(parts)
@@ -632,6 +646,10 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                     dequantized = max(dequantized, max(k * n for k, n, _ in op.matrices(layout.tp)) * a)
                 sizes = op.adapter_tensors() if op.lora is not None else []
                 block_params += sum(sizes)
+            elif getattr(op, "frozen", False):  # a parameter that does not train: its weights alone
+                frozen += sum(sizes) * sets
+                frozen_bytes += sum(sizes) * sets * recipe.weights
+                continue
             for n in sizes:
                 weights_numel.append((n, op.expert, sets))
                 largest_tensor = max(largest_tensor, n)

@@ -350,7 +350,8 @@ def _build(spec: ModelSpec, workload: Workload, dtype: torch.dtype, recompute: s
 
         add_adapters(model, spec, workload, adapters)
     model.train()
-    inputs = example_inputs(spec, dev, workload)
+    # images and mel frames in the model's dtype, as transformers casts pixel_values and input_features
+    inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in example_inputs(spec, dev, workload))
     targets = None
     if spec.lm_head:
         generator = torch.Generator(device=dev).manual_seed(1)

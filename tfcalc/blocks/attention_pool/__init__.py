@@ -26,6 +26,13 @@ class PoolCore(AttentionCore):
 
     role = "pool"
 
+    def saved(self, a: int, recompute: str, par) -> dict[str, int]:
+        """An attention core's, never recomputed (it is in the head: no mode checkpoints it); a fused kernel's output
+        [b, h, 1, d] is the out projection's input too (one query per sequence: a view of it), kept by that record."""
+        saved = AttentionCore.saved(self, a, "none", par)
+        saved.pop("output", None)
+        return saved
+
 
 def attention_pool(ctx: Ctx) -> list[Op]:
     """The probe's attention over each sequence's s tokens, then norm, MLP and residual over the B pooled rows."""

@@ -59,9 +59,11 @@ def audio_conv(ctx: Ctx) -> list[Op]:
         Matmul(ctx.name("embedding/conv1"), ctx.b * frames, C * KERNEL, D, bias=True, role="features"),
         Elementwise(ctx.name("embedding/conv1"), "activation", ctx.b * frames * D, gelu, "gelu"),
         # [B, D, F] as conv2's windows at stride 2 x: [B * F/2, D*3] @ W: [D*3, D]
-        Matmul(ctx.name("embedding/conv2"), ctx.b * s, D * KERNEL, D, bias=True, role="conv"),
+        # (it keeps its input [B, D, F] for the weight's gradient, not the windows)
+        Matmul(ctx.name("embedding/conv2"), ctx.b * s, D * KERNEL, D, bias=True, role="conv",
+               input_kept=ctx.b * frames * D),
         Elementwise(ctx.name("embedding/conv2"), "activation", ctx.b * s * D, gelu, "gelu"),
-        Table(ctx.name("embedding/position"), sizes.positions, D, "position"),  # [positions, D], frozen
+        Table(ctx.name("embedding/position"), sizes.positions, D, "position", frozen=True),  # [positions, D]
     ]
 
 
