@@ -255,7 +255,13 @@ def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
 def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
     """The inventory's groups on each of `pp` pipeline stages: contiguous blocks, split as evenly as can be (the
     first stage also holds the embeddings, the last the final norm and the head; a stack's embedding goes with
-    its first block and its final norm with its last). With pp = 1, the whole inventory."""
+    its first block and its final norm with its last). With pp = 1, the whole inventory. A multimodal model
+    (towers) on one stage only: its towers' split across stages is not modelled."""
+    if spec.towers:
+        if pp > 1:
+            raise TfcalcError(f"pp={pp}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language "
+                              "model; its pipeline split is not planned yet (pp=1, or --tower text)")
+        return [list(build(spec, workload).groups)]
     all_stacks = stacks(spec)
     total = sum(s.n_layers for s in all_stacks)
     bounds = [i * total // pp for i in range(pp + 1)]
