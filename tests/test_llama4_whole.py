@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 from hf_oracle import hf_config, meta_params, write
-from test_hf_llama4 import SCOUT
+from test_hf_llama4 import SCOUT, SCOUT_VISION
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
@@ -25,17 +25,9 @@ from tfcalc.verify import check, hf_model
 runner = CliRunner()
 WHOLE = transformers.Llama4ForConditionalGeneration
 
-# Llama-4-Scout-17B-16E's vision_config as published (the Llama4Config dump of its config.json in a public GitHub
-# markdown, find_string id 41112263523; aws-neuron neuronx-distributed-inference's LLAMA4_SCOUT_MINIMAL_MOCK_CONFIG
-# gives the same hidden_size, image_size, heads, layers, patch, ratio and vision_output_dim)
-SCOUT_VISION = {"attention_dropout": 0.0, "hidden_act": "gelu", "hidden_size": 1408, "image_size": 336,
-                "initializer_range": 0.02, "intermediate_size": 5632, "model_type": "llama4_vision_model",
-                "multi_modal_projector_bias": False, "norm_eps": 1e-05, "num_attention_heads": 16, "num_channels": 3,
-                "num_hidden_layers": 34, "patch_size": 14, "pixel_shuffle_ratio": 0.5, "projector_dropout": 0.0,
-                "projector_input_dim": 4096, "projector_output_dim": 4096, "rope_theta": 10000,
-                "vision_feature_layer": -1, "vision_feature_select_strategy": "default", "vision_output_dim": 4096}
-# the whole config (its text_config as tests/test_hf_llama4.py keeps it: transformers 5.24 refuses the published
-# attn_temperature_tuning: 4, which changes no count)
+# Llama-4-Scout-17B-16E's config.json whole (its text_config and vision_config as tests/test_hf_llama4.py keeps them,
+# read from public mirrors: the Llama4Config dump in a public GitHub markdown, find_string id 41112263523; the text
+# config without the published attn_temperature_tuning: 4, which transformers 5.24 refuses and which changes no count)
 SCOUT_WHOLE = {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"], "boi_token_index": 200080,
                "eoi_token_index": 200081, "image_token_index": 200092, "tie_word_embeddings": False,
                "text_config": SCOUT, "vision_config": SCOUT_VISION}
