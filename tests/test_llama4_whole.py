@@ -164,6 +164,7 @@ def test_workloads_it_cannot_take_are_refused(tmp_path, args, message):
     (dict(intermediate_size=32), "intermediate_size=32"),
     (dict(projector_output_dim=20, vision_output_dim=20), "projector_output_dim=20"),
     (dict(pixel_shuffle_ratio=0.3), "pixel_shuffle_ratio=0.3"),
+    (dict(pixel_shuffle_ratio=2.5e-309), "pixel_shuffle_ratio=2.5e-309"),  # 1 / r overflows: refused first
     (dict(num_attention_heads=3), "num_attention_heads=3"),
     (dict(num_attention_heads=8), "num_attention_heads=8"),  # heads of 2: no x and y halves of complex pairs
     (dict(image_size=36), "image_size=36 is not modelled: not a multiple of patch_size=8"),

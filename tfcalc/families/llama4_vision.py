@@ -45,7 +45,7 @@ DEFAULTS = dict(hidden_size=768, hidden_act="gelu", num_hidden_layers=34, num_at
                 multi_modal_projector_bias=False)
 TYPES = dict(hidden_size="size", hidden_act="str", num_hidden_layers="size", num_attention_heads="size",
              num_channels="size", intermediate_size="size", vision_output_dim="size", image_size="size|sizes",
-             patch_size="size|sizes", pixel_shuffle_ratio="number", projector_input_dim="size",
+             patch_size="size|sizes", pixel_shuffle_ratio="float", projector_input_dim="size",
              projector_output_dim="size", multi_modal_projector_bias="bool")
 
 _LAYER = r"model\.layers\.\d+\."
@@ -70,7 +70,7 @@ COMPONENTS = [  # Llama4VisionModel's module (and parameter) names -> tfcalc com
 def shuffle(cfg: dict) -> int:
     """The pixel shuffle's block side 1 / pixel_shuffle_ratio: a whole number, as transformers' views need."""
     r = cfg["pixel_shuffle_ratio"]
-    n = round(1 / r) if r > 0 else 0
+    n = round(1 / r) if 1e-6 <= r <= 1 else 0  # (a smaller ratio shuffles no grid transformers builds)
     refuse_if(cfg, "pixel_shuffle_ratio", n < 1 or n * r != 1, "tfcalc reads a ratio of 1 / n (0.5: each 2 x 2 "
               "block of patches one token), as transformers' pixel_shuffle views the grid")
     return n
