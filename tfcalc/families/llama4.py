@@ -1,5 +1,6 @@
 """Llama 4's language model: transformers' Llama4ForCausalLM (model_type llama4_text), read alone or from a whole
-`llama4` config's text_config (Llama4ForConditionalGeneration; its vision tower and projector are not counted).
+`llama4` config's text_config (Llama4ForConditionalGeneration, read whole: its vision tower and projector are
+tfcalc/families/llama4_vision.py's).
 
 Every block: pre-norm RMSNorm, grouped-query attention (q_proj, k_proj, v_proj, o_proj, biases by attention_bias),
 then a dense SwiGLU MLP of width intermediate_size_mlp or, in the moe_layers (default every
