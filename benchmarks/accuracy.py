@@ -147,7 +147,7 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_hf_hybrid_presets", "GRANITE_4_0_H_SMALL", "granite4-h-small"),
                ("test_hf_hybrid_presets", "GRANITE_4_0_H_TINY", "granite4-h-tiny"),
                ("test_quant", "GPT_OSS_120B", "gpt-oss-120b"),
-               ("test_hf_llama4", "SCOUT", "llama4-scout"),
+               ("test_llama4_whole", "SCOUT_WHOLE", "llama4-scout"),
                ("test_hf_llama4", "MAVERICK", "llama4-maverick"),
                ("test_whisper", "WHISPER_LARGE_V3", "whisper-large-v3"),
                ("test_towers_whole", "CLIP_L14", "clip-vit-l14"))

@@ -458,6 +458,9 @@ BASE["qwen2_vl_vision"] = dict(depth=2, embed_dim=32, hidden_size=24, num_heads=
 BASE["qwen2_5_vl_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
                                  patch_size=2, spatial_merge_size=2, temporal_patch_size=2, window_size=8,
                                  fullatt_block_indexes=[1], in_channels=3)
+BASE["llama4_vision_model"] = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=128,
+                                   image_size=32, patch_size=8, num_channels=3, pixel_shuffle_ratio=0.5,
+                                   projector_input_dim=24, projector_output_dim=24, vision_output_dim=24)
 # two cross-attention blocks of four, their keys one 28 x 28 tile of 14-pixel patches: (28 // 14)^2 + 1 = 5 tokens
 BASE["mllama_text_model"] = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                                  intermediate_size=96, max_position_embeddings=32, vocab_size=100,
@@ -480,6 +483,7 @@ ACCEPTS = {
     "strings?": lambda v: v is None or type(v) is list and all(type(x) is str for x in v),
     "object?": lambda v: v is None or type(v) is dict,
     "float?": lambda v: v is None or type(v) is float,
+    "float": lambda v: type(v) is float,
     "int|str?": lambda v: v is None or type(v) in (int, str),
     "int|str": lambda v: type(v) in (int, str),
     "all|vision?": lambda v: v in (None, "all", "vision") and type(v) in (type(None), str),
@@ -550,7 +554,7 @@ EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "nu
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
                    "integers?": "a list of integers or null", "integers": "a list of integers",
                    "object?": "an object or null",
-                   "float?": "a float (50.0, not 50) or null",
+                   "float?": "a float (50.0, not 50) or null", "float": "a float (0.5, not 1)",
                    "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null",
                    "int|str": "an integer or a string",
                    "all|vision?": "'all', 'vision' or null", "size|sizes": "a positive integer or a list of them"}
@@ -709,6 +713,7 @@ OWN_TYPE = {
     "strings?": st.none() | st.lists(_names, min_size=4, max_size=4) | st.lists(_names, max_size=5),
     "object?": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     "bool?": st.none() | st.booleans(), "float?": st.none() | st.floats(1, 100),
+    "float": st.sampled_from([0.5, 0.25, 1.0]) | st.floats(0, 2),
     "int|str?": st.none() | _sizes | _names,
     "int|str": _sizes | _names,
     "all|vision?": st.sampled_from([None, "all", "vision"]) | _names,
@@ -855,6 +860,8 @@ DIRECT["vit"] = dict(num_hidden_layers="n_layers", hidden_size="d_model", num_at
 # (embed_dim also sizes Qwen2-VL's MLP, depth Qwen2.5-VL's pattern of windowed blocks)
 DIRECT["qwen2_vl_vision"] = dict(depth="n_layers", num_heads="n_heads")
 DIRECT["qwen2_5_vl_vision"] = dict(hidden_size="d_model", num_heads="n_heads", intermediate_size="d_ff")
+# Llama 4's vision tower: intermediate_size is also its adapter's input (4 x hidden_size at ratio 0.5)
+DIRECT["llama4_vision_model"] = dict(num_hidden_layers="n_layers", num_attention_heads="n_heads")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
                                          num_experts_per_tok="top_k", num_experts="n_experts")
 # Llama 4's MoE and NoPE blocks are rules over the layers (num_hidden_layers is not direct); intermediate_size

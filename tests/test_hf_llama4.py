@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tfcalc import TfcalcError, Workload, count, load_preset
 from tfcalc.arch.ops import AttentionCore, Mask
+from tfcalc.arch.towers import select
 from tfcalc.families.registry import family
 from tfcalc.hf import read_hf_config
 from tfcalc.plan.memory import inference_memory
@@ -108,12 +109,16 @@ def test_check_hf_config_matches_every_component(tmp_path):
 
 
 def test_nested_llama4_config_reads_its_text_config(tmp_path):
+    # read whole (tests/test_llama4_whole.py); its text tower is the text_config read alone
     outer = {"model_type": "llama4", "tie_word_embeddings": False, "text_config": SMALL,
-             "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 16}}
+             "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 16, "num_attention_heads": 2,
+                               "intermediate_size": 64, "image_size": 32, "patch_size": 8, "vision_output_dim": 24,
+                               "projector_input_dim": 24, "projector_output_dim": 24}}
     nested = read_hf_config(write(tmp_path, outer))
-    assert nested.spec.replace(name="x") == read_hf_config(write(tmp_path, SMALL, "text.json")).spec.replace(name="x")
-    assert "the other towers (vision, audio) and the multimodal projectors are not counted" in nested.source
-    report = hf_model.compare(tmp_path / "config.json", nested.spec, Workload(batch_size=1, seq_len=7))
+    text = select(nested.spec, "text")
+    assert text.replace(name="x") == read_hf_config(write(tmp_path, SMALL, "text.json")).spec.replace(name="x")
+    assert "llama4: the language model read from text_config (llama4_text)" in nested.source
+    report = hf_model.compare(tmp_path / "config.json", text, Workload(batch_size=1, seq_len=7))
     # check builds the generation class (Llama4ForConditionalGeneration) and compares its language model and head
     assert report.match and report.model_class == "LanguageModel"
     assert any("llama4: transformers' generation class built from the whole config" in n for n in report.notes)
@@ -282,6 +287,14 @@ SCOUT = dict(model_type="llama4_text", attention_bias=False, attention_chunk_siz
              max_position_embeddings=10485760, moe_layers=list(range(48)), no_rope_layers=[1, 1, 1, 0] * 12,
              num_attention_heads=40, num_experts_per_tok=1, num_hidden_layers=48, num_key_value_heads=8,
              num_local_experts=16, use_qk_norm=True, vocab_size=202048, tie_word_embeddings=False)
+# its vision_config as published (the Llama4Config dump of Llama-4-Scout-17B-16E's config.json in a public GitHub
+# markdown, find_string id 41112263523): tests/test_llama4_whole.py reads it whole
+SCOUT_VISION = {"attention_dropout": 0.0, "hidden_act": "gelu", "hidden_size": 1408, "image_size": 336,
+                "initializer_range": 0.02, "intermediate_size": 5632, "model_type": "llama4_vision_model",
+                "multi_modal_projector_bias": False, "norm_eps": 1e-05, "num_attention_heads": 16, "num_channels": 3,
+                "num_hidden_layers": 34, "patch_size": 14, "pixel_shuffle_ratio": 0.5, "projector_dropout": 0.0,
+                "projector_input_dim": 4096, "projector_output_dim": 4096, "rope_theta": 10000,
+                "vision_feature_layer": -1, "vision_feature_select_strategy": "default", "vision_output_dim": 4096}
 MAVERICK = dict(SCOUT, interleave_moe_layer_step=2, max_position_embeddings=1048576, num_local_experts=128,
                 use_qk_norm=False, moe_layers=None, no_rope_layers=None)
 
@@ -291,7 +304,7 @@ MAVERICK = dict(SCOUT, interleave_moe_layer_step=2, max_position_embeddings=1048
     ("llama4-maverick", MAVERICK, 400_711_848_960),  # Meta: ~400B
 ])
 def test_presets_are_the_published_configs(tmp_path, preset, config, total):
-    spec = load_preset(preset)
+    spec = select(load_preset(preset), "text")  # Scout's preset is whole: its language model
     read = read_hf_config(write(tmp_path, config)).spec
     assert read.replace(name=spec.name, seq_len=spec.seq_len) == spec
     assert count(spec).params.total == meta_params(LM, config) == total
@@ -300,7 +313,7 @@ def test_presets_are_the_published_configs(tmp_path, preset, config, total):
 def test_presets_active_parameters_are_17b():
     # top-1 of 16 (Scout, every block) or 128 (Maverick, every other block) experts plus the shared one: both near
     # Meta's 17B active
-    scout, maverick = (count(load_preset(p)).params.active for p in ("llama4-scout", "llama4-maverick"))
+    scout, maverick = (count(select(load_preset(p), "text")).params.active for p in ("llama4-scout", "llama4-maverick"))
     # Scout: the total less 15 of 16 experts in 48 blocks, 3 * 5120 * 8192 each
     assert scout == 107_769_861_120 - 48 * 15 * 3 * 5120 * 8192 == 17_172_894_720
     # Maverick: the total less 127 of 128 experts in 24 blocks
@@ -308,9 +321,9 @@ def test_presets_active_parameters_are_17b():
 
 
 def test_json_round_trip_of_the_published_nested_config(tmp_path):
-    outer = {"model_type": "llama4", "tie_word_embeddings": False, "text_config": SCOUT}
+    outer = {"model_type": "llama4", "tie_word_embeddings": False, "text_config": SCOUT, "vision_config": SCOUT_VISION}
     spec = read_hf_config(write(tmp_path, outer)).spec
-    assert count(spec).params.total == 107_769_861_120
+    assert count(select(spec, "text")).params.total == 107_769_861_120
     json.dumps(spec.model_dump())
 
 
@@ -318,8 +331,9 @@ def test_check_hf_config_with_fewer_layers_cuts_the_per_block_lists(tmp_path):
     # -L 4 on the published Scout config: its no_rope_layers (48 entries) is cut to 4 for transformers, which
     # derives one layer type per entry; moe_layers' indices past the blocks are ignored (transformers tests
     # `layer_idx in moe_layers`)
-    path = write(tmp_path, {"model_type": "llama4", "tie_word_embeddings": False, "text_config": SCOUT})
-    spec = read_hf_config(path).spec.replace(n_layers=4)
+    path = write(tmp_path, {"model_type": "llama4", "tie_word_embeddings": False, "text_config": SCOUT,
+                            "vision_config": SCOUT_VISION})
+    spec = select(read_hf_config(path).spec, "text").replace(n_layers=4)
     report = hf_model.compare(path, spec, Workload(batch_size=1, seq_len=5))
     assert report.match, report.rows
     rows = {(r.figure, r.component): r for r in report.rows}

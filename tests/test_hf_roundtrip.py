@@ -109,12 +109,19 @@ SMALL_FOR = {
     # the multimodal rotary's sections (mrope_section) fill half of a 16-channel head
     **{t: dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
        for t in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text")},
+    # Llama 4's vision adapter reads the 2 x 2 pixel-shuffled tokens: intermediate_size is 4 x hidden_size
+    "llama4_vision_model": dict(intermediate_size=256),
 }
 # A multimodal config's other fields beside its text_config: a SigLIP tower whose 16 x 16 patch grid Gemma 3's projector
 # pools into its 256 tokens (Gemma3Config's default vision tower, 224 / 16, cannot be: see DEFAULTS_REFUSED)
 OUTER_FOR = {"gemma3": dict(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                                num_attention_heads=2, image_size=64, patch_size=4,
-                                               vision_use_head=False))}
+                                               vision_use_head=False)),
+             # Llama4VisionConfig's defaults cannot run (see DEFAULTS_REFUSED): a tower whose adapter can
+             "llama4": dict(vision_config=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=1,
+                                               num_attention_heads=2, image_size=32, patch_size=8,
+                                               projector_input_dim=24, projector_output_dim=24,
+                                               vision_output_dim=24))}
 ACTIVATION_FIELDS = ("hidden_act", "hidden_activation", "activation_function", "activation")
 
 
@@ -161,7 +168,11 @@ def compare(folder) -> tuple[int, int] | str:
 DEFAULTS_REFUSED = {"deepseek_v2": "num_experts_per_tok=None is not modelled",  # DeepseekV2Config's default top-k
                     # Gemma3Config's default vision tower (SiglipVisionConfig: 224 / 16 = a 14 x 14 grid) cannot be
                     # pooled into its default 256 tokens (transformers' projector builds an AvgPool2d of kernel 0)
-                    "gemma3": "mm_tokens_per_image=256 is not modelled with a patch grid of 14 x 14"}
+                    "gemma3": "mm_tokens_per_image=256 is not modelled with a patch grid of 14 x 14",
+                    # Llama4VisionConfig's default hidden_size 768, 2 x 2 pixel-shuffled, is 3,072 wide; its adapter's
+                    # fc1 reads intermediate_size 5,632 (and the projector vision_output_dim 7,680 of its 4,096)
+                    "llama4_vision_model": "intermediate_size=5632 is not modelled",
+                    "llama4": "vision_config.intermediate_size=5632 is not modelled"}
 
 
 @pytest.mark.parametrize("model_type", TYPES)
@@ -204,6 +215,11 @@ REFUSED = {
     **{(t, "num_kv_shared_layers"): "num_kv_shared_layers" for t in ("gemma4_text", "gemma4")},
     # 512 patches: transformers builds the table, and its forward cannot reshape it to a square grid
     ("siglip2_vision_model", "num_patches"): "num_patches",
+    # Llama 4's adapter reads the previous layer's output: fc1 the shuffled tokens (4 x hidden_size), fc2 fc1's
+    ("llama4_vision_model", "hidden_size"): "intermediate_size",
+    ("llama4_vision_model", "intermediate_size"): "intermediate_size",
+    ("llama4_vision_model", "projector_input_dim"): "projector_output_dim",
+    ("llama4_vision_model", "projector_output_dim"): "projector_output_dim",
 }
 
 

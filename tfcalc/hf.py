@@ -51,6 +51,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "bool": (TypeAdapter(StrictBool), "a boolean (true or false)", ""),
     "bool?": (TypeAdapter(StrictBool | None), "a boolean (true or false) or null", ""),
     "float?": (TypeAdapter(_Float | None), "a float (50.0, not 50) or null", ""),
+    "float": (TypeAdapter(_Float), "a float (0.5, not 1)", ""),  # Llama 4's pixel_shuffle_ratio
     "int": (TypeAdapter(StrictInt), "an integer", ""),
     "number": (TypeAdapter(StrictInt | StrictFloat), "a number", ""),  # float | int (LFM2's ffn multiplier)
     "int?": (TypeAdapter(StrictInt | None), "an integer or null", ""),

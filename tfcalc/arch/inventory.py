@@ -179,6 +179,8 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     p = sizes.patch_size
     if H % sizes.multiple or W % sizes.multiple:
         return [f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s {sizes.covers()}"]
+    if sizes.refusal(H, W):  # a tower of tiles (Llama 4)
+        return [f"image_size={_shown((H, W))}: {spec.label} {sizes.refusal(H, W)}"]
     tokens = sizes.tokens(H, W)
     if workload.seq_len != tokens:
         cls = " and the class token" if sizes.class_token else ""

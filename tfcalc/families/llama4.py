@@ -1,5 +1,6 @@
 """Llama 4's language model: transformers' Llama4ForCausalLM (model_type llama4_text), read alone or from a whole
-`llama4` config's text_config (Llama4ForConditionalGeneration; its vision tower and projector are not counted).
+`llama4` config's text_config (Llama4ForConditionalGeneration, read whole: its vision tower and projector are
+tfcalc/families/llama4_vision.py's).
 
 Every block: pre-norm RMSNorm, grouped-query attention (q_proj, k_proj, v_proj, o_proj, biases by attention_bias),
 then a dense SwiGLU MLP of width intermediate_size_mlp or, in the moe_layers (default every
@@ -32,6 +33,7 @@ from ..hf import (
     shortest_cycle,
     show,
 )
+from .llama4_vision import LLAMA4_WHOLE
 from .registry import Difference, Family, Wrapper, register
 
 MODEL_TYPE = "llama4_text"
@@ -182,8 +184,9 @@ def dense_experts(diff: Difference) -> str | None:
 
 register(
     Family(MODEL_TYPE, DEFAULTS, TYPES, llama4_text, COMPONENTS, known=dense_experts),
-    # the multimodal config: its language model is read from text_config; the vision tower and projector are not
-    # counted. Llama4ForConditionalGeneration holds a whole Llama4ForCausalLM (language_model), which ties its head
-    # by text_config.tie_word_embeddings alone: the outer flag changes nothing
-    Family("llama4", nested=(MODEL_TYPE, "text_config"), wrapper=Wrapper(text_flag_only=True)),
+    # the multimodal config, whole: its language model from text_config, its vision tower from vision_config
+    # (tfcalc/families/llama4_vision.py). Llama4ForConditionalGeneration holds a whole Llama4ForCausalLM
+    # (language_model), which ties its head by text_config.tie_word_embeddings alone: the outer flag changes nothing
+    Family("llama4", nested=(MODEL_TYPE, "text_config"), wrapper=Wrapper(text_flag_only=True), known=dense_experts,
+           **LLAMA4_WHOLE),
 )

@@ -46,6 +46,9 @@ class PatchSizes(BaseModel):
     merge_size: Size = Field(1, description="Patches come in merge_size x merge_size blocks that a patch merger "
                                             "concatenates (Qwen2-VL's spatial_merge_size): an image's sides are "
                                             "multiples of patch_size * merge_size. 1: no blocks (ViT).")
+    tiles: bool = Field(False, description="Images are tiles of image_size alone (Llama 4: its processor cuts "
+                                           "each image into them; the position table and the 2-D rotary are the "
+                                           "config's grid's, added as they are, never interpolated).")
     resized_positions: bool = Field(
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
@@ -76,6 +79,14 @@ class PatchSizes(BaseModel):
     def tokens(self, height: int, width: int) -> int:
         """The stack's tokens per image: its patches and the class token."""
         return self.patches(height, width) + int(self.class_token)
+
+    def refusal(self, height: int, width: int) -> str:
+        """Why an image of height x width pixels cannot be read ('' when it can): a tower of tiles reads its own
+        size alone."""
+        if self.tiles and (height, width) != (self.height, self.width):
+            return (f"reads tiles of {self.height}x{self.width} alone (its processor cuts each image "
+                    "into them; --images counts the tiles)")
+        return ""
 
     def describe(self) -> str:
         merged = f", merge_size {self.merge_size}" if self.merge_size != 1 else ""

@@ -4,6 +4,11 @@ Qwen2.5-VL), then each merge_size x merge_size block of patches (kinds.patch_emb
 into one row of D * m^2, and an MLP: Linear(D m^2, D m^2) with a bias, GELU (exact: nn.GELU, whatever the blocks'
 activation), Linear(D m^2, d_out) with a bias. Its rows are what reaches the language model: patches / m^2 tokens per
 image, d_out (out_hidden_size, the language model's hidden_size) wide (`tokens_out`).
+
+Llama 4's vision adapter (Llama4VisionPixelShuffleMLP) is the same kind with its own sizes: no norm (`norm` false),
+the class token dropped first (a tower whose patch embedding has one), each 2 x 2 block of patches concatenated by its
+pixel shuffle (ratio 0.5: merge_size 2), then Linear(D m^2, d_hidden) without a bias, GELU, Linear(d_hidden, d_out)
+without a bias, and GELU again on its output (`out_activation`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,17 @@ class MergerSizes(BaseModel):
 
     d_out: Size = Field(description="The merger's output width, the language model's (Qwen2-VL's vision "
                                     "hidden_size, Qwen2.5-VL's out_hidden_size).")
+    d_hidden: Size | None = Field(None, description="The first linear's output width (Llama 4's "
+                                                    "projector_input_dim); None: D m^2, its input's.")
+    norm: bool = Field(True, description="A norm (the spec's) over each patch before the merge (Qwen2-VL's ln_q; "
+                                         "Llama 4 has none).")
+    bias: bool = Field(True, description="Biases on its two linears (Llama 4's have none).")
+    out_activation: bool = Field(False, description="GELU on the second linear's output too (Llama4VisionMLP2).")
+
+    def hidden(self, spec) -> int:
+        """The first linear's output width."""
+        m = spec.sizes("patch_embedding").merge_size
+        return self.d_hidden if self.d_hidden is not None else spec.d_model * m * m
 
     def problems(self, spec) -> list[str]:
         if spec.inputs != "images":
@@ -38,15 +54,20 @@ def tokens_out(spec, height: int, width: int) -> int:
 
 def patch_merger(ctx: Ctx) -> list[Op]:
     spec = ctx.spec
-    D, m = spec.d_model, spec.sizes("patch_embedding").merge_size
-    d_out = spec.sizes("patch_merger").d_out
-    rows = ctx.t // m ** 2  # the merged tokens of every image
+    patches = spec.sizes("patch_embedding")
+    D, m = spec.d_model, patches.merge_size
+    sizes = spec.sizes("patch_merger")
+    d_out, F = sizes.d_out, sizes.hidden(spec)
+    T = ctx.b * (ctx.s - int(patches.class_token))  # every image's patches (a class token dropped first: Llama 4)
+    rows = T // m ** 2  # the merged tokens of every image
+    gelu = ACTIVATION_FLOPS["gelu"]
     return [
-        Norm("merger/norm", spec.norm, ctx.t, D),  # ln_q over every patch [T, D]
-        # m x m patches concatenated: x [T / m^2, D m^2] @ W: [D m^2, D m^2]
-        Matmul("merger/up", rows, D * m * m, D * m * m, bias=True),
-        Elementwise("merger/up", "activation", rows * D * m * m, ACTIVATION_FLOPS["gelu"], "gelu"),
-        Matmul("merger/down", rows, D * m * m, d_out, bias=True),  # [T / m^2, D m^2] @ [D m^2, d_out]
+        *([Norm("merger/norm", spec.norm, T, D)] if sizes.norm else []),  # ln_q over every patch [T, D]
+        # m x m patches concatenated: x [T / m^2, D m^2] @ W: [D m^2, F] (F = D m^2 in Qwen2-VL)
+        Matmul("merger/up", rows, D * m * m, F, bias=sizes.bias),
+        Elementwise("merger/up", "activation", rows * F, gelu, "gelu"),
+        Matmul("merger/down", rows, F, d_out, bias=sizes.bias),  # [T / m^2, F] @ [F, d_out]
+        *([Elementwise("merger/down", "activation", rows * d_out, gelu, "gelu")] if sizes.out_activation else []),
     ]
 
 
