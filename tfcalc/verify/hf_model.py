@@ -82,11 +82,12 @@ def _whole_table(model_type: str) -> tuple[tuple[str, str], ...]:
     family = registry.family(model_type)
     rules = list(family.components or ())
     for tower, prefix in family.prefixes.items():
-        inner = family.nested[0] if tower == "text" else family.towers[tower][0]
-        for pattern, component in table(inner) or ():
-            # a language model's table names its causal-LM class's modules: its base model's `model.` is the prefix
-            pattern = prefix + (pattern.removeprefix(r"model\.") if tower == "text" else pattern)
-            rules.append((pattern, component if tower == "text" else f"{tower}/{component}"))
+        # a tower of several kinds (LLaVA's CLIP or Pixtral tower): every kind's rules (their module names differ)
+        for inner in (family.nested[0],) if tower == "text" else registry.tower_types(family.towers[tower]):
+            for pattern, component in table(inner) or ():
+                # a language model's table names its causal-LM class's modules: its base model's `model.` is the prefix
+                pattern = prefix + (pattern.removeprefix(r"model\.") if tower == "text" else pattern)
+                rules.append((pattern, component if tower == "text" else f"{tower}/{component}"))
     return tuple(rules)
 
 
@@ -635,7 +636,12 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if family is not None and family.towers and (spec.inputs != "tokens" or not spec.lm_head):
         # one tower of a whole config (--tower vision; a dual encoder's --tower text): that tower's config alone
         tower = {"images": "vision", "tokens": "text"}.get(spec.inputs, spec.inputs)
-        inner_type, key = family.nested if tower == "text" else family.towers[tower]
+        if tower == "text":
+            inner_type, key = family.nested
+        else:  # the kind its config names, of those the family reads
+            key, accepted = family.towers[tower][1], registry.tower_types(family.towers[tower])
+            named = (raw.get(key) or {}).get("model_type")
+            inner_type = named if named in accepted else accepted[0]
         raw = {**(raw.get(key) or {}), "model_type": inner_type}
         notes.append(f"{model_type}: transformers' {tower} tower built from {key} ({inner_type}), as tfcalc reads it")
         model_type = inner_type
