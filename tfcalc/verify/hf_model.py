@@ -656,7 +656,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
-    images = mel_bins = patches = None
+    images = mel_bins = patches = packed = None
     if spec.inputs == "audio":  # transformers runs exactly the window of mel frames (its feature extractor pads to it)
         sizes = spec.sizes("audio_conv")
         mel_bins = sizes.mel_bins
@@ -671,9 +671,17 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
         images = sizes.channels, image, image != (sizes.height, sizes.width), sizes.patch_size
-        if not sizes.class_token and spec.positions == "rotary":  # a Qwen2-VL tower: patches and grid_thw
+        tokens = sizes.tokens(*image)
+        if sizes.packed:  # Pixtral: the workload's images one sequence, pixel_values [images, C, H, W]
+            import torch
+
+            k = workload.seq_len // tokens if workload.seq_len % tokens == 0 else 1
+            packed = {"pixel_values": torch.empty(k, sizes.channels, *image, device="meta")}
+            work = Workload(batch_size=1, seq_len=k * tokens, image_size=image)
+        elif not sizes.class_token and spec.positions == "rotary":  # a Qwen2-VL tower: patches and grid_thw
             patches, images = (sizes.channels, sizes.temporal_patch_size, sizes.patch_size, image), None
-        work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
+        if not sizes.packed:
+            work = Workload(batch_size=workload.batch_size, seq_len=tokens, image_size=image)
         spec = spec.replace(batch_size=work.batch_size)
     else:
         work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
@@ -693,7 +701,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
     total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
-                                   patches=patches, cross=None if cross is None else (cross, spec.d_model))
+                                   inputs=packed, patches=patches, cross=None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
