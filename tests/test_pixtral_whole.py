@@ -86,6 +86,15 @@ def test_mistral3_whole_equals_its_generation_class(tmp_path):
     assert alone.exit_code == 0 and "transformers: MATCH" in alone.output, alone.output
 
 
+def test_mistral3_with_a_ministral3_language_model_is_whole_too(tmp_path):
+    # Ministral 3 / Devstral 2: the same tower and projector around a ministral3 text_config
+    config = {**MISTRAL3, "text_config": {**TEXT, "model_type": "ministral3"}}
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    assert count(spec, TWO).params.total == meta_params(transformers.Mistral3ForConditionalGeneration, config)
+    _compare(path, spec, TWO)
+
+
 def test_mistral3_without_a_vision_config_reads_mistral_small_s_tower(tmp_path):
     config = {k: v for k, v in MISTRAL3.items() if k != "vision_config"}
     spec = read_hf_config(write(tmp_path, config)).spec
