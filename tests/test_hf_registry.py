@@ -11,7 +11,7 @@ import pytest
 import transformers
 
 from tfcalc import TfcalcError, Workload, hf
-from tfcalc.families.registry import REGISTRY, Family, family, model_types, register
+from tfcalc.families.registry import REGISTRY, Family, family, model_types, register, tower_types
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import hf_model
 
@@ -46,7 +46,8 @@ def test_every_family_is_a_complete_record(model_type):
         inner, field = f.nested
         assert inner in REGISTRY and family(inner).nested is None and field
         if f.towers:  # read whole: its towers' families, what joins them (its own fields, its own modules' rules)
-            assert all(t in REGISTRY and family(t).nested is None and key for t, key in f.towers.values())
+            assert all(t in REGISTRY and family(t).nested is None and entry[1] for entry in f.towers.values()
+                       for t in tower_types(entry))
             assert set(f.prefixes) == {"text", *f.towers} and f.connectors is not None and f.components
             assert f.mapper is None and set(f.defaults) <= set(f.types) and set(f.types.values()) <= set(hf.KINDS)
             return

@@ -202,10 +202,11 @@ def _in_alias_names(message: str, cfg: dict[str, Any], aliases: dict[str, str]) 
 def _other_tower_type(raw: dict, family) -> str:
     """'vision_config.model_type=...' where a whole config's tower names a model_type its family does not read as that
     tower (one of several a wrapper takes: LLaVA's clip_vision_model, not Pixtral's), else ''."""
-    for inner_type, key in (family.towers or {}).values():
+    for entry in (family.towers or {}).values():
+        key = entry[1]
         inner = raw.get(key)
         named = inner.get("model_type") if isinstance(inner, dict) else None
-        if named not in (None, inner_type, raw.get("model_type")):
+        if named not in (None, *registry.tower_types(entry), raw.get("model_type")):
             return f"{key}.model_type={show(named)} tower"
     return ""
 
@@ -243,16 +244,21 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
     """A whole multimodal config's ModelSpec fields: its language model's (`text`), each other tower's read from its
     own field (registry.Family.towers) by its own family, and the connectors between them."""
     towers = {}
-    for tower, (inner_type, key) in family.towers.items():
+    for tower, entry in family.towers.items():
+        key = entry[1]
+        accepted = registry.tower_types(entry)
         inner = outer.get(key)
-        if inner is None:
-            inner = {}
+        if inner is None:  # the config the class builds when there is none (Mistral3Config's own Pixtral sizes)
+            inner = dict(entry[2]) if len(entry) > 2 else {}
         if not isinstance(inner, dict):
             raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
-        if inner.get("model_type", inner_type) == outer_type:  # an older save's spelling (Qwen2.5-VL's before 4.5x)
+        inner_type = inner.get("model_type", accepted[0])
+        if inner_type == outer_type:  # an older save's spelling (Qwen2.5-VL's before 4.5x)
+            inner_type = accepted[0]
             notes.append(f"{key}.model_type={show(outer_type)} read as {inner_type!r}, as transformers renames it")
-        elif inner.get("model_type", inner_type) != inner_type:
-            raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
+        elif inner_type not in accepted:
+            raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected "
+                              f"{' or '.join(map(repr, accepted))}")
         towers[tower], _ = _fields({**inner, "model_type": inner_type}, inner_type, path, notes, where=key)
     types = COMMON_TYPES | family.types
     given = {**family.defaults, **outer}

@@ -38,6 +38,12 @@ class Connector(BaseModel):
     pool: Size = Field(1, description="Tokens averaged into one before it (no parameters).")
     merge: Size = Field(1, description="Tokens concatenated into one before it (a pixel shuffle).")
     norm: Literal["none", "layernorm", "rmsnorm"] = Field("none", description="A norm over widths[0] first.")
+    norm_before_merge: bool = Field(False, description="The norm reads each of the tower's tokens before `merge` "
+                                                       "concatenates them, over the tower's width (Mistral 3's "
+                                                       "projector: its norm, then its patch merger).")
+    merge_linear: bool = Field(False, description="A linear without a bias right after the merge, from merge x the "
+                                                  "tower's width back to the tower's width, widths[0] (Mistral 3's "
+                                                  "patch merger, merging_layer); then the linears of widths.")
     widths: list[Size] = Field([], description="Widths in, between and out: a linear between each two.")
     bias: bool = Field(False, description="Biases on its linears.")
     activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(
@@ -48,6 +54,11 @@ class Connector(BaseModel):
     similarity: Size | None = Field(None, description="A dual encoder's logits: every image's embedding against every "
                                                       "text's, [images, similarity] @ [similarity, texts] (no "
                                                       "weights). Not with widths.")
+
+    @property
+    def tower_width(self) -> int:
+        """The width of each token it reads from its tower (widths[0], or widths[0] / merge after a pixel shuffle)."""
+        return self.widths[0] if self.merge_linear else self.widths[0] // self.merge
 
     @property
     def into_text(self) -> bool:
@@ -566,6 +577,13 @@ class ModelSpec(BaseModel):
             if c.similarity is not None and (c.widths or "vision" not in self.towers):
                 problems.append(f"connectors: {c.name!r} has similarity={c.similarity}: the logits of a dual encoder "
                                 "with a vision tower, without widths")
+            if c.merge_linear and (c.merge == 1 or not c.widths):
+                problems.append(f"connectors: {c.name!r} has merge_linear: give merge > 1 and widths")
+            if c.norm_before_merge and (c.norm == "none" or c.merge == 1 or not c.widths):
+                problems.append(f"connectors: {c.name!r} has norm_before_merge: give a norm, merge > 1 and widths")
+            elif c.norm_before_merge and not c.merge_linear and c.widths[0] % c.merge:
+                problems.append(f"connectors: {c.name!r} has norm_before_merge: widths[0]={c.widths[0]} is not merge="
+                                f"{c.merge} tokens of the tower's width")
             if names.count(c.name) > 1:
                 problems.append(f"connectors: {c.name!r} is named twice")
         if self.connectors and not self.towers:

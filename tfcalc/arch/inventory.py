@@ -181,7 +181,18 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
         return [f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s {sizes.covers()}"]
     if sizes.refusal(H, W):  # a tower of tiles (Llama 4)
         return [f"image_size={_shown((H, W))}: {spec.label} {sizes.refusal(H, W)}"]
+    if sizes.up_to_image_size and (H > sizes.height or W > sizes.width):
+        return [f"image_size={_shown((H, W))}: larger than {spec.label}'s largest image, "
+                f"{_shown((sizes.height, sizes.width))} (its processor resizes a larger one down to it)"]
     tokens = sizes.tokens(H, W)
+    if sizes.packed:  # every image's patches one sequence (Pixtral): k images, k x tokens
+        if workload.batch_size != 1:
+            return [f"batch_size={workload.batch_size}: {spec.label} reads every image of the step as one sequence "
+                    f"of their patches; batch_size 1, seq_len images x {tokens}"]
+        if workload.seq_len % tokens:
+            return [f"seq_len={workload.seq_len}: {spec.label} reads its images as one sequence, a multiple of an "
+                    f"image of {_shown((H, W))}'s {tokens} patches of {p}x{p}"]
+        return []
     if workload.seq_len != tokens:
         cls = " and the class token" if sizes.class_token else ""
         return [(f"seq_len={workload.seq_len}: an image of {_shown((H, W))} is {tokens} tokens for {spec.label} "

@@ -71,12 +71,21 @@ def images(workload: Workload) -> int:
 
 
 def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
-    """What tower `name` runs on: every image of the step, each its patches (and class token)."""
+    """What tower `name` runs on: every image of the step, each its patches (and class token); a packed tower's
+    (Pixtral's, `kinds.patch_embedding.packed`) one sequence of every image's patches."""
     if name != "vision":
         raise TfcalcError(f"towers.{name}: not modelled yet (a vision tower is)")
     H, W = image_size(spec, workload)
     # with no image the tower does no work (the inventory runs it 0 times): its records are shaped for one
-    return Workload(batch_size=max(images(workload), 1), seq_len=tokens_per_image(spec, H, W), image_size=(H, W))
+    n, tokens = max(images(workload), 1), tokens_per_image(spec, H, W)
+    if spec.towers["vision"].sizes("patch_embedding").packed:
+        return Workload(batch_size=1, seq_len=n * tokens, image_size=(H, W))
+    return Workload(batch_size=n, seq_len=tokens, image_size=(H, W))
+
+
+def unit_tokens(spec: ModelSpec, name: str, workload: Workload) -> int:
+    """Each image's tokens in tower `name`'s output: its sequence's, or its share of a packed tower's one sequence."""
+    return tower_workload(spec, name, workload).tokens // max(images(workload), 1)
 
 
 def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[int, int]:
@@ -86,7 +95,7 @@ def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[i
         units, tokens = workload.batch_size, workload.seq_len
     else:
         units = images(workload)
-        tokens = tower_workload(spec, c.source, workload).seq_len
+        tokens = unit_tokens(spec, c.source, workload)
     if c.pooled:
         return units, 1
     return units, (tokens - int(c.drop_class_token)) // (c.pool * c.merge)
@@ -105,7 +114,7 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {spec.label}'s {c.name} reads images "
                             f"of {c.image_size}x{c.image_size} alone (it reshapes the tower's output to that grid)")
             continue
-        tokens = tw.seq_len - int(c.drop_class_token)
+        tokens = unit_tokens(spec, c.source, workload) - int(c.drop_class_token)
         if tokens % (c.pool * c.merge):
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {tokens} {c.source} tokens per image "
                             f"do not divide into {c.pool * c.merge}-token groups ({spec.label}'s {c.name})")
@@ -129,11 +138,17 @@ def image_tokens(spec: ModelSpec, workload: Workload) -> int:
 
 
 def connector_ops(spec: ModelSpec, c: Connector, workload: Workload) -> list[Op]:
-    """A connector's records: its norm, its linears with the activations between them, its scalars."""
+    """A connector's records: its norm (before the merge, over each token of the tower, or after it, over widths[0]),
+    its merging linear, its linears with the activations between them, its scalars."""
     units, per = connector_rows(spec, c, workload)
     rows = units * per
     ops: list[Op] = []
-    if c.norm != "none":  # over widths[0]: the pooled or merged vectors
+    if c.norm != "none" and c.norm_before_merge:  # over each of the tower's tokens: rows x merge of them
+        ops.append(Norm(f"{c.name}/norm", c.norm, rows * c.merge, c.tower_width))
+    if c.merge_linear:  # the merged vectors x: [rows, merge * D] @ W: [merge * D, D], no bias
+        ops.append(Matmul(f"{c.name}/merge", rows, c.merge * c.tower_width, c.tower_width, bias=False,
+                          role="connector"))
+    if c.norm != "none" and not c.norm_before_merge:  # over widths[0]: the pooled or merged vectors
         ops.append(Norm(f"{c.name}/norm", c.norm, rows, c.widths[0]))
     pairs = list(zip(c.widths, c.widths[1:]))
     for i, (k, n) in enumerate(pairs):

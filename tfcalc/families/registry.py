@@ -98,8 +98,10 @@ class Family:
     encoder_decoder: bool | None = None
     nested: tuple[str, str] | None = None  # (the language model's model_type, the field holding its config)
     # a multimodal config's other towers read beside its nested language model: tower ("vision", "audio") -> (its
-    # model_type, the field holding its config); without them a nested family's other towers are not modelled
-    towers: Mapping[str, tuple[str, str]] | None = None
+    # model_type, or the model_types it may name, the first when it names none: `tower_types`; the field holding its
+    # config; optionally the config the class builds when that field is absent or null, else the tower family's
+    # defaults); without them a nested family's other towers are not modelled
+    towers: Mapping[str, tuple] | None = None
     # the connectors between them: (the config's checked fields, each tower's ModelSpec fields ("text", "vision"),
     # notes) -> tfcalc.spec.Connector fields
     connectors: Callable[[dict[str, Any], dict[str, dict[str, Any]], list[str]], list[dict[str, Any]]] | None = None
@@ -145,6 +147,12 @@ def register(*families: Family) -> None:
             missing = set(f.defaults) - set(f.types or {})
             assert not missing, (f.model_type, sorted(missing))
         REGISTRY[f.model_type] = f
+
+
+def tower_types(entry: tuple) -> tuple[str, ...]:
+    """The model_types a tower's config may name, from a Family.towers entry (the first: when it names none)."""
+    types = entry[0]
+    return (types,) if isinstance(types, str) else tuple(types)
 
 
 def family(model_type: str) -> Family:

@@ -27,6 +27,7 @@ from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
+from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
 from .registry import Family, Wrapper, register
 
 # ---- the text types built only inside a wrapper ------------------------------------------------------------------
@@ -196,14 +197,14 @@ register(
     Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True)),
     # Mistral 3 (Mistral Small 3.1/3.2: mistral) and Ministral 3 / Devstral 2 (ministral3)
     Family("mistral3", nested=("mistral", TEXT),
-           wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True)),
+           wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True), **MISTRAL3_WHOLE),
     Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True)),
     Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
     Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
     # LLaVA 1.5 (llama), LLaVA-Interleave (qwen2), Pixtral 12B (mistral)
     Family("llava", nested=("llama", TEXT),
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
-           **LLAVA_WHOLE),
+           **(LLAVA_WHOLE | LLAVA_PIXTRAL)),
     Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
     Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",))),
     # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model

@@ -391,7 +391,8 @@ def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
     w = workload or default_workload(spec)
     generator = None if str(device) == "meta" else torch.Generator(device=device).manual_seed(0)
     if spec.inputs == "images":  # [B, C, H, W]
-        return (reference(spec.input_kind).example_images(spec, w.batch_size, w.image_size, device, generator),)
+        return (reference(spec.input_kind).example_images(spec, w.batch_size, w.image_size, device, generator,
+                                                                 seq_len=w.seq_len),)
     if spec.inputs == "audio" and w.phase != "decode":  # mel frames [B, C, F], then the decoder's tokens
         mel = reference(spec.input_kind).example_mel(spec, w.batch_size, w.mel_frames, device, generator)
         return mel, torch.randint(spec.vocab_size, (w.batch_size, w.seq_len), device=device, generator=generator)

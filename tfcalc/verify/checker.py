@@ -211,9 +211,23 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
     for c in spec.connectors:
         units, per = connector_rows(spec, c, result.workload)
         layers: list[tuple[str, torch.nn.Module]] = []
+        x_rows, x_width = units * per, c.widths[0] if c.widths else 0  # what it reads
         if c.norm != "none":
-            norm = torch.nn.LayerNorm(c.widths[0]) if c.norm == "layernorm" else torch.nn.RMSNorm(c.widths[0])
+            width = c.tower_width if c.norm_before_merge else c.widths[0]
+            norm = torch.nn.LayerNorm(width) if c.norm == "layernorm" else torch.nn.RMSNorm(width)
             layers.append((f"{c.name}/norm", norm))
+        if c.norm_before_merge or c.merge_linear:  # the tower's tokens, merge of them concatenated (a reshape)
+            x_rows, x_width = units * per * c.merge, c.tower_width
+            if not c.norm_before_merge:
+                layers = []  # the norm (over widths[0]) comes after the merging linear
+            layers.append((f"{c.name}/merge_tokens", torch.nn.Unflatten(0, (units * per, c.merge))))
+            layers.append((f"{c.name}/merge_flat", torch.nn.Flatten(1)))
+            if c.merge_linear:
+                layers.append((f"{c.name}/merge", torch.nn.Linear(c.merge * c.tower_width, c.tower_width,
+                                                                  bias=False)))
+            if c.norm != "none" and not c.norm_before_merge:
+                norm = torch.nn.LayerNorm(c.widths[0]) if c.norm == "layernorm" else torch.nn.RMSNorm(c.widths[0])
+                layers.append((f"{c.name}/norm", norm))
         pairs = list(zip(c.widths, c.widths[1:]))
         for i, (k, n) in enumerate(pairs):
             layers.append((c.name if len(pairs) == 1 else f"{c.name}/linear_{i + 1}", torch.nn.Linear(k, n, bias=c.bias)))
@@ -247,7 +261,7 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
         if not modules:
             continue
         model = torch.nn.Sequential(*(m for _, m in modules))
-        x = torch.zeros(units * per, c.widths[0], device=on)
+        x = torch.zeros(x_rows, x_width, device=on)
         with FlopCounterMode(display=False) as fc:
             model(x)
         flops = fc.get_total_flops()
@@ -265,7 +279,7 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
             (c.name, flops, macs)
         if train:  # its input is the tower's output, which needs a gradient
             with FlopCounterMode(display=False) as fc:
-                out = model(torch.zeros(units * per, c.widths[0], device=on, requires_grad=True))
+                out = model(torch.zeros(x_rows, x_width, device=on, requires_grad=True))
                 out.sum().backward()
             train_flops += fc.get_total_flops()
     return forward, params, train_flops

@@ -82,11 +82,12 @@ def _whole_table(model_type: str) -> tuple[tuple[str, str], ...]:
     family = registry.family(model_type)
     rules = list(family.components or ())
     for tower, prefix in family.prefixes.items():
-        inner = family.nested[0] if tower == "text" else family.towers[tower][0]
-        for pattern, component in table(inner) or ():
-            # a language model's table names its causal-LM class's modules: its base model's `model.` is the prefix
-            pattern = prefix + (pattern.removeprefix(r"model\.") if tower == "text" else pattern)
-            rules.append((pattern, component if tower == "text" else f"{tower}/{component}"))
+        # a tower of several kinds (LLaVA's CLIP or Pixtral tower): every kind's rules (their module names differ)
+        for inner in (family.nested[0],) if tower == "text" else registry.tower_types(family.towers[tower]):
+            for pattern, component in table(inner) or ():
+                # a language model's table names its causal-LM class's modules: its base model's `model.` is the prefix
+                pattern = prefix + (pattern.removeprefix(r"model\.") if tower == "text" else pattern)
+                rules.append((pattern, component if tower == "text" else f"{tower}/{component}"))
     return tuple(rules)
 
 
@@ -635,7 +636,12 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if family is not None and family.towers and (spec.inputs != "tokens" or not spec.lm_head):
         # one tower of a whole config (--tower vision; a dual encoder's --tower text): that tower's config alone
         tower = {"images": "vision", "tokens": "text"}.get(spec.inputs, spec.inputs)
-        inner_type, key = family.nested if tower == "text" else family.towers[tower]
+        if tower == "text":
+            inner_type, key = family.nested
+        else:  # the kind its config names, of those the family reads
+            key, accepted = family.towers[tower][1], registry.tower_types(family.towers[tower])
+            named = (raw.get(key) or {}).get("model_type")
+            inner_type = named if named in accepted else accepted[0]
         raw = {**(raw.get(key) or {}), "model_type": inner_type}
         notes.append(f"{model_type}: transformers' {tower} tower built from {key} ({inner_type}), as tfcalc reads it")
         model_type = inner_type
@@ -650,7 +656,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if workload.phase != "train":
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
-    images = mel_bins = patches = None
+    images = mel_bins = patches = packed = None
     if spec.inputs == "audio":  # transformers runs exactly the window of mel frames (its feature extractor pads to it)
         sizes = spec.sizes("audio_conv")
         mel_bins = sizes.mel_bins
@@ -665,9 +671,17 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         sizes = spec.sizes("patch_embedding")  # the model's own image
         image = workload.image_size or (sizes.height, sizes.width)
         images = sizes.channels, image, image != (sizes.height, sizes.width), sizes.patch_size
-        if not sizes.class_token and spec.positions == "rotary":  # a Qwen2-VL tower: patches and grid_thw
+        tokens = sizes.tokens(*image)
+        if sizes.packed:  # Pixtral: the workload's images one sequence, pixel_values [images, C, H, W]
+            import torch
+
+            k = workload.seq_len // tokens if workload.seq_len % tokens == 0 else 1
+            packed = {"pixel_values": torch.empty(k, sizes.channels, *image, device="meta")}
+            work = Workload(batch_size=1, seq_len=k * tokens, image_size=image)
+        elif not sizes.class_token and spec.positions == "rotary":  # a Qwen2-VL tower: patches and grid_thw
             patches, images = (sizes.channels, sizes.temporal_patch_size, sizes.patch_size, image), None
-        work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(*image), image_size=image)
+        if not sizes.packed:
+            work = Workload(batch_size=workload.batch_size, seq_len=tokens, image_size=image)
         spec = spec.replace(batch_size=work.batch_size)
     else:
         work = Workload(batch_size=workload.batch_size, seq_len=workload.keys,
@@ -687,7 +701,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
     total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
-                                   patches=patches, cross=None if cross is None else (cross, spec.d_model))
+                                   inputs=packed, patches=patches, cross=None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name

@@ -15,6 +15,13 @@ bias) read each image repeated to temporal_patch_size frames, so a patch is C * 
 C*T*p*p] @ [C*T*p*p, D], no bias; no class token, and no position table (positions='rotary': a 2-D rotary over the
 patch grid, no parameters). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
 concatenates each block), so an image's sides are multiples of patch_size * merge_size.
+
+Pixtral's tower (PixtralVisionModel: a Conv2d of kernel and stride p without a bias, no class token, no table; a 2-D
+rotary) reads images of any size up to image_size (`up_to_image_size`) and cuts every image of the step to its own
+patch grid, then CONCATENATES them into one sequence (`packed`): the blocks attend over all the images' patches at
+once, a block-diagonal mask keeping each image's own pairs. The eager forward still computes every pair of that one
+sequence (the mask is added to the scores), so the tower's workload is one sequence of images x patches tokens
+(towers.tower_workload) and forward counts (images x patches)^2 pairs, as FlopCounterMode sees them.
 """
 
 from __future__ import annotations
@@ -49,6 +56,14 @@ class PatchSizes(BaseModel):
     tiles: bool = Field(False, description="Images are tiles of image_size alone (Llama 4: its processor cuts "
                                            "each image into them; the position table and the 2-D rotary are the "
                                            "config's grid's, added as they are, never interpolated).")
+    packed: bool = Field(
+        False, description="Every image of the step is one sequence: the images' patches concatenated (Pixtral), "
+                           "the blocks attending over all of them at once under a block-diagonal mask (the eager "
+                           "model computes every pair). A workload of k images is batch_size 1, seq_len k x "
+                           "tokens per image.")
+    up_to_image_size: bool = Field(
+        False, description="image_size is the largest image it reads, not its one size (Pixtral: the processor "
+                           "resizes a larger image down to it): any size up to it, each side a multiple of the patch.")
     resized_positions: bool = Field(
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
@@ -56,11 +71,14 @@ class PatchSizes(BaseModel):
 
     @property
     def height(self) -> int:
-        return self.image_size if isinstance(self.image_size, int) else self.image_size[0]
+        """The model's image's height (up_to_image_size: the largest it reads, a whole number of patch blocks)."""
+        side = self.image_size if isinstance(self.image_size, int) else self.image_size[0]
+        return side // self.multiple * self.multiple if self.up_to_image_size else side
 
     @property
     def width(self) -> int:
-        return self.image_size if isinstance(self.image_size, int) else self.image_size[-1]
+        side = self.image_size if isinstance(self.image_size, int) else self.image_size[-1]
+        return side // self.multiple * self.multiple if self.up_to_image_size else side
 
     @property
     def multiple(self) -> int:
@@ -101,11 +119,16 @@ class PatchSizes(BaseModel):
 
     def problems(self, spec) -> list[str]:
         out = []
+        if self.packed and self.class_token:
+            out.append("kinds.patch_embedding.packed=True: a packed tower's images have no class token (Pixtral's); "
+                       "set class_token=false")
         if self.resized_positions and self.class_token:
             out.append("kinds.patch_embedding.resized_positions=True: SigLIP2's patches have no class token; set "
                        "class_token=false")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
+        elif self.up_to_image_size and min(self.height, self.width) == 0:
+            out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: under {self.covers()}")
         elif self.height % self.multiple or self.width % self.multiple:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: not a multiple of {self.covers()}")
         return out

@@ -2,7 +2,8 @@
 a Conv2d of kernel and stride patch_size over the images, flattened to [B, patches, D], the class token before them
 (if any), the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does).
 With temporal_patch_size T > 1 (Qwen2-VL's PatchEmbed) a Conv3d of kernel and stride (T, p, p) over each image
-repeated to T frames; without a bias, a class token or a position table where the sizes and positions say so."""
+repeated to T frames; without a bias, a class token or a position table where the sizes and positions say so. A packed
+tower (Pixtral's) concatenates every image's patches into one sequence [1, images x patches, D]."""
 
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ class PatchEmbedding(nn.Module):
         self.position = Parameter(1, spec.max_positions, D) if spec.positions == "learned" else None
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
         self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
+        self.packed = sizes.packed  # Pixtral: every image's patches one sequence
 
     def positions(self, height: int, width: int) -> torch.Tensor:
         """The table at this image's grid: as it is, or its patch rows resampled bicubically (the class token's row
@@ -97,6 +99,8 @@ class PatchEmbedding(nn.Module):
     def forward(self, images: torch.Tensor, token_types=None, offset: int = 0, table=None) -> torch.Tensor:
         p = self.patch.kernel_size[-1]
         x = self.patch(images)
+        if self.packed:  # [images, patches, D] -> [1, images * patches, D] (no class token, no table)
+            x = x.reshape(1, -1, x.shape[-1])
         if self.class_token is not None:
             x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
         if self.position_resize is not None:  # every forward, at any size (SigLIP2)
@@ -109,10 +113,14 @@ class PatchEmbedding(nn.Module):
 input_module = PatchEmbedding  # the stack's input, as the reference model builds it
 
 
-def example_images(spec: ModelSpec, batch: int, image_size: tuple[int, int] | None, device, generator=None):
-    """[B, C, H, W] images at `image_size` (default: the model's)."""
+def example_images(spec: ModelSpec, batch: int, image_size: tuple[int, int] | None, device, generator=None,
+                   seq_len: int | None = None):
+    """[B, C, H, W] images at `image_size` (default: the model's); a packed tower's (Pixtral's) one sequence of
+    seq_len tokens is seq_len / patches images."""
     sizes = spec.sizes("patch_embedding")
     H, W = image_size or (sizes.height, sizes.width)
+    if sizes.packed and seq_len is not None:
+        batch *= seq_len // sizes.tokens(H, W)
     if str(device) == "meta":
         return torch.empty(batch, sizes.channels, H, W, device=device)
     return torch.randn(batch, sizes.channels, H, W, device=device, generator=generator)
