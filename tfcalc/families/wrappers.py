@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
+from .idefics3 import idefics3_whole
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .registry import Family, Wrapper, register
 
@@ -198,8 +199,9 @@ register(
     Family("mistral3", nested=("mistral", TEXT),
            wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True)),
     Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True)),
-    Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
-    Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
+    # read whole: the SigLIP-like tower, pixel shuffle and modality projection (tfcalc/families/idefics3.py)
+    Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False), **idefics3_whole("idefics3_vision")),
+    Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False), **idefics3_whole("smolvlm_vision")),
     # LLaVA 1.5 (llama), LLaVA-Interleave (qwen2), Pixtral 12B (mistral)
     Family("llava", nested=("llama", TEXT),
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
