@@ -27,6 +27,7 @@ from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
 from .idefics3 import idefics3_whole
+from .lfm2_vl import LFM2_VL_WHOLE
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .registry import Family, Wrapper, register
 
@@ -207,7 +208,9 @@ register(
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
            **LLAVA_WHOLE),
     Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
-    Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",))),
+    # read whole: SigLIP2's NaFlex tower and the pixel-unshuffle projector (tfcalc/families/lfm2_vl.py)
+    Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",)),
+           **LFM2_VL_WHOLE),
     # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model
     Family("minicpmv4_6", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
