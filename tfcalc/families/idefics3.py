@@ -32,7 +32,7 @@ pad_token_id, use_cache.
 
 from __future__ import annotations
 
-from ..hf import SEQ_LEN_CAP, refuse_if
+from ..hf import SEQ_LEN_CAP
 from .clip import encoder, grid, layers
 from .registry import Family, register
 
@@ -45,7 +45,16 @@ VISION_COMPONENTS = [  # transformers' module (and parameter) names -> tfcalc co
 
 
 def idefics3_vision(cfg: dict, notes: list[str]) -> dict:
-    """Idefics3VisionTransformer (SmolVLMVisionTransformer): SigLIP's patches and blocks, post_layernorm, no head."""
+    """Idefics3VisionTransformer (SmolVLMVisionTransformer): SigLIP's patches and blocks, post_layernorm, no head.
+    An image_size that is not a multiple of patch_size (SmolVLM's 384 with patches of 14) is read as the pixels the
+    convolution covers: its (image_size // patch_size) ** 2 patches and position rows, as transformers builds them."""
+    side, p = cfg["image_size"], cfg["patch_size"]
+    if isinstance(side, int) and isinstance(p, int) and 0 < p <= side and side % p:
+        notes.append(f"{cfg.get('model_type', 'idefics3_vision')}: image_size={side} is not a multiple of "
+                     f"patch_size={p}: its Conv2d (padding 'valid') reads {side // p}x{side // p} patches, "
+                     f"{side // p * p}x{side // p * p} pixels (the last {side % p} of each side dropped); read as "
+                     f"images of {side // p * p}x{side // p * p}")
+        cfg = {**cfg, "image_size": side // p * p}
     side, p = grid(cfg)
     fields = dict(encoder(cfg), causal=False, inputs="images",
                   kinds={"patch_embedding": {"image_size": side, "patch_size": p, "channels": cfg["num_channels"],
@@ -107,12 +116,11 @@ def idefics3_connector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> 
     vision = towers["vision"]
     kinds = vision["kinds"]["patch_embedding"]
     side, p = kinds["image_size"], kinds["patch_size"]
-    refuse_if(cfg, "scale_factor", (side // p) % s != 0,
-              f"vision_config's {side // p}x{side // p} patches (image_size={side}, patch_size={p}) do not divide "
-              f"into {s}x{s} blocks (pixel_shuffle would fail)")
+    grid = side // p  # (a grid that does not divide into s x s blocks is refused with the workload: --tower text reads)
+    tokens = f"{grid * grid // (s * s)} tokens" if grid % s == 0 else "tokens"
     notes.append(f"{cfg.get('model_type', 'idefics3')}: each image a tile of {side}x{side} (the processor cuts a "
-                 f"large image into such tiles and a global view; --images counts tiles), its {(side // p) ** 2} "
-                 f"patches shuffled {s}x{s} into {(side // p) ** 2 // (s * s)} tokens of the prompt")
+                 f"large image into such tiles and a global view; --images counts tiles), its {grid * grid} patches "
+                 f"shuffled {s}x{s} into {tokens} of the prompt")
     D_v, D_t = vision["d_model"], towers["text"]["d_model"]
     return [dict(name="modality_projection", source="vision", merge=s * s, widths=[D_v * s * s, D_t], bias=False,
                  image_size=side)]
