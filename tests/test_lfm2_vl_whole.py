@@ -115,5 +115,7 @@ def test_lfm2_vl_450m_is_450_822_656_parameters_as_its_generation_class(tmp_path
     # the default image: the table's 16 x 16 patches (256 x 256 pixels), 64 tokens (min_image_tokens); a 512 x 512
     # tile (tile_size): 32 x 32 patches, 256 tokens (max_image_tokens)
     assert image_tokens(spec, Workload(seq_len=1024)) == 64 == LFM2_VL_450M["min_image_tokens"]
-    assert image_tokens(spec, Workload(seq_len=1024, image_size=(512, 512))) == 256 \
-        == LFM2_VL_450M["max_image_tokens"]
+    tile = Workload(seq_len=1024, image_size=(512, 512))
+    assert image_tokens(spec, tile) == 256 == LFM2_VL_450M["max_image_tokens"]
+    # its 256 rows through linear_1 (3072 -> 2560) and linear_2 (2560 -> 1024)
+    assert count(spec, tile).towers["connectors"]["forward"] == 2 * 256 * (3072 * 2560 + 2560 * 1024)
