@@ -35,9 +35,12 @@ def lfm2_vl_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> l
     the image's places in the prompt."""
     f = cfg["downsample_factor"]
     D_v, D_t = towers["vision"]["d_model"], towers["text"]["d_model"]
+    kinds = towers["vision"]["kinds"]["patch_embedding"]
+    side, p = kinds["image_size"], kinds["patch_size"]
     notes.append(f"lfm2_vl: each image's patches unshuffled {f}x{f} into tokens of the prompt (an image's sides "
-                 f"multiples of patch_size x {f}); --images counts every image the processor makes (tiles and "
-                 "thumbnail)")
+                 f"multiples of {p * f} pixels); the default image is the tower's table, {side}x{side} pixels, "
+                 f"{(side // p) ** 2 // (f * f)} tokens (the processor's largest tile, 512x512, is --image-size 512); "
+                 "--images counts every image the processor makes (tiles and thumbnail)")
     return [dict(name=PROJECTOR, source="vision", merge=f * f,
                  norm="layernorm" if cfg["projector_use_layernorm"] else "none",
                  widths=[D_v * f * f, cfg["projector_hidden_size"], D_t], bias=cfg["projector_bias"],
