@@ -68,6 +68,17 @@ def test_an_image_whose_patches_do_not_make_whole_blocks_is_refused(tmp_path):
     assert bad.exit_code == 2 and "projector_hidden_act='swish2' is not modelled" in bad.output, bad.output
 
 
+def test_a_prompt_shorter_than_the_conv_cache_is_lfm2s_known_difference(tmp_path):
+    # one 8 x 8 image (2 x 2 patches: one token) in a prompt of 2 tokens: under the cache check --hf-config keeps,
+    # transformers pads each conv's input to conv_L_cache = 3 positions: 2 * b * D * K * (K - s) = 2 * 32 * 3 = 192 more
+    path = write(tmp_path, config())
+    spec = read_hf_config(path).spec
+    report = hf_model.compare(path, spec, Workload(batch_size=1, seq_len=2, images=1, image_size=(8, 8)))
+    assert report.match, [r for r in report.rows if r.match is False and not r.known]
+    assert [(r.component, r.transformers - r.analytic) for r in report.rows if r.known] == [("conv/conv", 192),
+                                                                                           ("total", 192)]
+
+
 # LiquidAI/LFM2-VL-450M's config.json as released (remote code, transformers 4.55.0), read from its copy in
 # github.com/varun00391/local-finetuned-model, LiquidAI:LFM2-VL-450M/lfm2-450m/config.json (commit a913c339); its
 # model_type "lfm2-vl" (the remote code's) written as transformers names the type, lfm2_vl

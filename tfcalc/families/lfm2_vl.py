@@ -25,6 +25,7 @@ Keys that do not change a count are not read: image_token_id, and the processor'
 from __future__ import annotations
 
 from ..hf import activation_of
+from .lfm2 import padded_short_conv
 
 PROJECTOR = "multi_modal_projector"
 
@@ -91,4 +92,5 @@ LFM2_VL_WHOLE = dict(towers={"vision": ("siglip2_vision_model", "vision_config")
                                    projector_use_layernorm=True, projector_hidden_act="gelu"),
                      types=dict(downsample_factor="size", projector_hidden_size="size", projector_bias="bool",
                                 projector_use_layernorm="bool", projector_hidden_act="str"),
-                     hf_trace=lfm2_vl_parts)
+                     hf_trace=lfm2_vl_parts,
+                     known=padded_short_conv)  # LFM2's conv under a cache, as its language model alone
