@@ -14,6 +14,7 @@ their own names (`attention/qkv`), so `--tower text` counts them as a language m
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..errors import TfcalcError
@@ -115,7 +116,15 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
                             f"of {c.image_size}x{c.image_size} alone (it reshapes the tower's output to that grid)")
             continue
         tokens = unit_tokens(spec, c.source, workload) - int(c.drop_class_token)
-        if tokens % (c.pool * c.merge):
+        side, tower = math.isqrt(c.merge), spec.towers[c.source]
+        p = tower.sizes("patch_embedding").patch_size if tower.inputs == "images" else 1
+        rows, cols = tw.image_size[0] // p, tw.image_size[1] // p
+        if tower.inputs == "images" and c.merge > 1 and side * side == c.merge and (rows % side or cols % side):
+            # a square merge of an image's patches is a pixel shuffle of its grid: s x s blocks
+            problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {rows}x{cols} {c.source} patches do "
+                            f"not divide into {side}x{side} blocks ({spec.label}'s {c.name} concatenates each block: "
+                            f"the image's sides are multiples of {p * side})")
+        elif tokens % (c.pool * c.merge):
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {tokens} {c.source} tokens per image "
                             f"do not divide into {c.pool * c.merge}-token groups ({spec.label}'s {c.name})")
         elif c.into_text:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
+from .idefics3 import idefics3_whole
+from .lfm2_vl import LFM2_VL_WHOLE
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
 from .registry import Family, Wrapper, register
@@ -199,14 +201,17 @@ register(
     Family("mistral3", nested=("mistral", TEXT),
            wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True), **MISTRAL3_WHOLE),
     Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True)),
-    Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
-    Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
+    # read whole: the SigLIP-like tower, pixel shuffle and modality projection (tfcalc/families/idefics3.py)
+    Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False), **idefics3_whole("idefics3_vision")),
+    Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False), **idefics3_whole("smolvlm_vision")),
     # LLaVA 1.5 (llama), LLaVA-Interleave (qwen2), Pixtral 12B (mistral)
     Family("llava", nested=("llama", TEXT),
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
            **(LLAVA_WHOLE | LLAVA_PIXTRAL)),
     Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
-    Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",))),
+    # read whole: SigLIP2's NaFlex tower and the pixel-unshuffle projector (tfcalc/families/lfm2_vl.py)
+    Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",)),
+           **LFM2_VL_WHOLE),
     # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model
     Family("minicpmv4_6", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),

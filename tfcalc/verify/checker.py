@@ -265,8 +265,8 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
         with FlopCounterMode(display=False) as fc:
             model(x)
         flops = fc.get_total_flops()
-        macs = FlopCountAnalysis(model, (x,)).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
         linears = [name for name, m in modules if isinstance(m, torch.nn.Linear)]
+        macs = 0  # fvcore's, of the linears alone (it counts a LayerNorm's elements too; FlopCounterMode does not)
         for name in linears:  # one component per linear: each counted alone
             m = dict(modules)[name]
             xi = torch.zeros(units * per, m.in_features, device=on)
@@ -275,6 +275,7 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
             one_macs = FlopCountAnalysis(m, (xi,)).unsupported_ops_warnings(False).uncalled_modules_warnings(
                 False).total()
             forward.append(FlopRow(name, fwd.get(name, 0), one.get_total_flops(), one_macs))
+            macs += one_macs
         assert flops == sum(r.flop_counter for r in forward if r.component in linears) and 2 * macs == flops, \
             (c.name, flops, macs)
         if train:  # its input is the tower's output, which needs a gradient

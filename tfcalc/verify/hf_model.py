@@ -700,8 +700,13 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
-                                   inputs=packed, patches=patches, cross=None if cross is None else (cross, spec.d_model))
+    parts = registry.family(model_type).hf_trace if wrapper is None else None
+    if parts is not None:  # a class whose forward cannot run on meta (it reads values): traced part by part
+        total, own, outside = _guarded(path, trace_parts, parts(model, spec, work))
+    else:
+        total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
+                                       inputs=packed, patches=patches,
+                                       cross=None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
