@@ -218,18 +218,28 @@ def describe_workload(w, spec=None) -> str:
         if "vision" in spec.towers:
             H, W = image_size(spec, w)
             n = 1 if w.images is None else w.images
-            into = image_tokens(spec, w)
+            into = image_tokens(spec, w, "vision")
             parts.append("no image (a prompt of text alone)" if n == 0 else
                          f"{n:,} image{'s' if n != 1 else ''} of {H}x{W}" + (
                              f" ({into:,} of the tokens)" if into and w.phase != "decode" else
                              " (encoded at the prefill)" if w.phase == "decode" else ""))
+        if "audio" in spec.towers:  # each sequence's audio, in whole windows
+            from .arch.towers import audio_windows
+
+            frames = w.mel_frames or spec.towers["audio"].sizes("audio_conv").window
+            n, into = audio_windows(spec, w), image_tokens(spec, w, "audio")
+            parts.append(f"{frames / 100:g} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of "
+                         f"{spec.towers['audio'].sizes('audio_conv').window:,} mel frames" + (
+                             f"; {into:,} of the tokens)" if into and w.phase != "decode" else
+                             "; encoded at the prefill)" if w.phase == "decode" else ")"))
         return ", ".join(parts) + f"; {scored}"
     if getattr(w, "image_size", None) is not None:  # a model of images: B images, their patches and class token
         H, W = w.image_size
         return (f"{w.phase}: {w.batch_size:,} image{'s' if w.batch_size != 1 else ''} of {H}x{W}, {w.seq_len:,} "
                 f"tokens each; {scored}")
     if getattr(w, "mel_frames", None) is not None and w.phase != "decode":  # a model of audio: the encoder's input
-        src = f", {w.mel_frames / 100:g} s of audio ({w.mel_frames:,} mel frames, {w.src_len:,} encoder tokens)"
+        tokens = f", {w.src_len:,} encoder tokens" if w.src_len is not None else ""  # (an audio encoder alone: N)
+        src = f", {w.mel_frames / 100:g} s of audio ({w.mel_frames:,} mel frames{tokens})"
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 

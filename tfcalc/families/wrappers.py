@@ -28,6 +28,7 @@ from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .registry import Family, Wrapper, register
+from .voxtral import VOXTRAL_WHOLE
 
 # ---- the text types built only inside a wrapper ------------------------------------------------------------------
 
@@ -197,7 +198,9 @@ register(
     # Mistral 3 (Mistral Small 3.1/3.2: mistral) and Ministral 3 / Devstral 2 (ministral3)
     Family("mistral3", nested=("mistral", TEXT),
            wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True)),
-    Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True)),
+    # read whole: the audio tower and the projector (tfcalc/families/voxtral.py)
+    Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True),
+           **VOXTRAL_WHOLE),
     Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
     Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False)),
     # LLaVA 1.5 (llama), LLaVA-Interleave (qwen2), Pixtral 12B (mistral)

@@ -731,7 +731,7 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
     work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, images=workload.images,
-                    image_size=workload.image_size)
+                    image_size=workload.image_size, mel_frames=workload.mel_frames)
     spec = base.replace(batch_size=work.batch_size, seq_len=base.seq_len)
     result = count(spec, work)
     model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, multimodal=True)
@@ -763,8 +763,13 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
     if outside:
         fwd.insert(-1, HfRow("forward", "(outside any module)", None, outside, None,
                              "counted at the model's top level; in the total"))
+    what = [f"{work.images or 1} image(s)"] if "vision" in spec.towers else []
+    if "audio" in spec.towers:
+        from ..arch.towers import audio_windows
+
+        what.append(f"{audio_windows(spec, work)} window(s) of audio")
     notes.append(f"{model_type}: transformers' whole class, every tower on the workload's text tokens and "
-                 f"{work.images or 1} image(s)")
+                 f"{' and '.join(what)}")
     return HfReport(model_type, type(model).__name__, work, rows + fwd, notes=notes)
 
 
