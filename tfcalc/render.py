@@ -245,8 +245,14 @@ def describe_workload(w, spec=None) -> str:
 
 def summary_table(result: CountResult) -> Table:
     p, f, m = result.params, result.flops, result.macs
-    audio = getattr(result.spec, "inputs", "tokens") == "audio"  # the input with no gradient: mel frames or images
-    inputs, first = ("audio", "first convolution") if audio else ("images", "patch embedding")
+    # the inputs with no gradient: mel frames (a model of audio, an audio tower) or images
+    spec = result.spec
+    reads = [getattr(spec, "inputs", "tokens"), *(t.inputs for t in getattr(spec, "towers", {}).values())]
+    audio, images = "audio" in reads, "images" in reads
+    inputs = " and ".join(what for what, has in (("images", images or not audio), ("audio", audio)) if has)
+    first = " and ".join(what for what, has in (("patch embedding", images or not audio),
+                                                ("first convolution", audio)) if has)
+    frames = " and ".join(what for what, has in (("images", images or not audio), ("mel frames", audio)) if has)
     rows = [
         ["parameters", "total", exact(p.total), human(p.total)],
         ["", "active (per token)", exact(p.active), human(p.active)],
@@ -278,7 +284,7 @@ def summary_table(result: CountResult) -> Table:
                + "); the causal figure counts the pairs the mask keeps.")
     if f.input_leaf and w.phase == "train":
         caption += (f" Backward: 2 x forward less the {first}'s input gradient ({f.input_leaf:,} FLOPs): the "
-                    f"{'mel frames' if audio else 'images'} need none.")
+                    f"{frames} need none.")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
                  label_columns=2)
 
@@ -361,8 +367,13 @@ def towers_table(result: CountResult) -> Table:
              sci(t["forward"])] for name, t in towers.items()]
     rows.append(["total", exact(p), human(p), pct(1.0), exact(f), sci(f)])
     w = result.workload
+    from .arch.towers import audio_windows
+
+    own = getattr(result.spec, "towers", {})
+    runs = [f"the vision tower's {w.images or 0} image(s)" if t.inputs == "images" else
+            f"the {name} tower's {audio_windows(result.spec, w)} window(s) of audio" for name, t in own.items()]
     caption = ("Each tower counted on its own workload: the language model's tokens (seq_len counts the image tokens "
-               f"among them), the vision tower's {w.images or 0} image(s); --tower text|vision picks one.")
+               f"among them), {', '.join(runs)}; --tower {'|'.join(['text', *own])} picks one.")
     return Table("Towers", ["tower", "params", "readable", "share", "forward FLOPs", "readable"], rows, caption,
                  right={1, 2, 3, 4, 5}, optional=[1, 4])
 

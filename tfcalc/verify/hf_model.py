@@ -473,7 +473,8 @@ def trace(model, workload: Workload, encoder_decoder: bool,
     if mel_bins is not None:  # Whisper: the mel frames [B, mel_bins, F], then the decoder's tokens
         mel = torch.empty(workload.batch_size, mel_bins, workload.mel_frames, device="meta",
                           dtype=next(model.parameters()).dtype)  # in the model's dtype (a config's torch_dtype)
-        inputs = {"input_features": mel, "decoder_input_ids": ids}
+        inputs = {"input_features": mel, **({"decoder_input_ids": ids} if encoder_decoder else {})}  # (an audio
+        # encoder alone: the mel frames only)
     if cross is not None:  # [B, tokens, hidden_size]
         inputs["cross_attention_states"] = torch.empty(workload.batch_size, *cross, device="meta")
     if "use_cache" in inspect.signature(model.forward).parameters:
@@ -658,8 +659,11 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
             notes.append(f"transformers runs a whole window of {sizes.window:,} mel frames (its feature extractor pads "
                          f"the audio to it; WhisperEncoder refuses another length): compared there, not at the "
                          f"workload's {workload.mel_frames:,}")
-        work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
-                        mel_frames=sizes.window)
+        if spec.is_encoder_decoder:
+            work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
+                            mel_frames=sizes.window)
+        else:  # an audio encoder alone (a multimodal model's audio tower): its tokens are the window's
+            work = Workload(batch_size=workload.batch_size, seq_len=sizes.positions, mel_frames=sizes.window)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     elif spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
         sizes = spec.sizes("patch_embedding")  # the model's own image
