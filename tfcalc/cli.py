@@ -325,7 +325,9 @@ ImagesOpt = Annotated[Optional[int], typer.Option("--images", parser=_integer, m
 AudioSecondsOpt = Annotated[Optional[str], typer.Option("--audio-seconds", metavar="S", rich_help_panel=_WORKLOAD,
                                                        show_default=False, help=(
     "A model of audio (Whisper): seconds of audio per sequence, 100 log-mel frames a second, an even number of "
-    "them (default: the model's window, 30 s = 3,000 frames). The encoder's tokens are half the frames."))]
+    "them (default: the model's window, 30 s = 3,000 frames). The encoder's tokens are half the frames. A model "
+    "with an audio tower (Voxtral): each sequence's audio (default 30 s), padded to whole windows of the tower's "
+    "(30 s), each window's tokens, merged by its projector, among the language model's --seq-len."))]
 
 
 def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:

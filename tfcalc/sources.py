@@ -223,7 +223,7 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
     if spec.inputs != "audio":
         if audio_seconds is not None:
             raise TfcalcError(f"--audio-seconds {audio_seconds}: {spec.label} reads {spec.inputs}, not audio "
-                              "(--audio-seconds is for a model of audio: Whisper)")
+                              "(--audio-seconds is for a model of audio, Whisper, or with an audio tower, Voxtral)")
         return None
     sizes = spec.sizes("audio_conv")
     if src_len is not None:

@@ -140,11 +140,12 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
         elif c.into_text:
             into += units(spec, c.source, workload) * (tokens // (c.pool * c.merge))
     if into and workload.phase != "decode" and into > workload.tokens:
-        what = " and ".join(dict.fromkeys("images'" if spec.towers[c.source].inputs == "images" else "audio's"
-                                          for c in spec.connectors if c.into_text))
+        images = [spec.towers[c.source].inputs == "images" for c in spec.connectors if c.into_text]
+        what = " and ".join(dict.fromkeys("images'" if i else "audio's" for i in images))
+        nouns = " and ".join(dict.fromkeys("image" if i else "audio" for i in images))
         problems.append(f"seq_len={workload.seq_len}: the {what} {into:,} tokens in the prompt do not fit "
                         f"batch_size x seq_len = {workload.tokens:,} tokens of {spec.label}'s language model "
-                        "(seq_len counts the text and the image (audio) tokens)")
+                        f"(seq_len counts the text and the {nouns} tokens)")
     return problems
 
 
