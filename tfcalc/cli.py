@@ -336,7 +336,9 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
     if spec.towers and not towers:
         if command == "memory":
             command = "memory (a train step)"
-        raise TfcalcError(f"tfcalc {command}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language "
+        named = " and ".join(spec.towers)
+        raise TfcalcError(f"tfcalc {command}: {spec.label} has {'an' if named[0] in 'aeiou' else 'a'} {named} tower "
+                          "beside its language "
                           f"model; {command} plans one tower for now: --tower text plans the language model (count, "
                           "check, inference memory and infer take the whole model)")
     if spec.inputs != "tokens":
