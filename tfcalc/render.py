@@ -228,7 +228,7 @@ def describe_workload(w, spec=None) -> str:
 
             frames = w.mel_frames or spec.towers["audio"].sizes("audio_conv").window
             n, into = audio_windows(spec, w), image_tokens(spec, w, "audio")
-            parts.append(f"{frames / 100:g} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of "
+            parts.append(f"{_seconds(frames)} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of "
                          f"{spec.towers['audio'].sizes('audio_conv').window:,} mel frames" + (
                              f"; {into:,} of the tokens)" if into and w.phase != "decode" else
                              "; encoded at the prefill)" if w.phase == "decode" else ")"))
@@ -239,8 +239,14 @@ def describe_workload(w, spec=None) -> str:
                 f"tokens each; {scored}")
     if getattr(w, "mel_frames", None) is not None and w.phase != "decode":  # a model of audio: the encoder's input
         tokens = f", {w.src_len:,} encoder tokens" if w.src_len is not None else ""  # (an audio encoder alone: N)
-        src = f", {w.mel_frames / 100:g} s of audio ({w.mel_frames:,} mel frames{tokens})"
+        src = f", {_seconds(w.mel_frames)} s of audio ({w.mel_frames:,} mel frames{tokens})"
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
+
+
+def _seconds(frames: int) -> str:
+    """Mel frames as seconds (100 a second), exactly, however many: 3000 -> '30', 1050 -> '10.5'."""
+    whole, hundredths = divmod(frames, 100)
+    return f"{whole}" if not hundredths else f"{whole}.{hundredths:02d}".rstrip("0")
 
 
 def summary_table(result: CountResult) -> Table:

@@ -43,14 +43,20 @@ COMPONENTS = [  # VoxtralEncoder's module names -> tfcalc components (check --hf
 ]
 
 
+def _seconds(frames: int) -> str:
+    """Mel frames as seconds (100 a second), exactly, however many: 3000 -> '30', 1050 -> '10.5'."""
+    whole, hundredths = divmod(frames, 100)
+    return f"{whole}" if not hundredths else f"{whole}.{hundredths:02d}".rstrip("0")
+
+
 def voxtral_encoder(cfg: dict, notes: list[str]) -> dict:
     D, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     refuse_if(cfg, "num_attention_heads", D % heads != 0,
               f"hidden_size={D} is not a multiple of it (VoxtralAttention refuses it)")
     positions = cfg["max_source_positions"]
     notes.append(f"the audio encoder's input: windows of {2 * positions:,} mel frames (2 x max_source_positions, "
-                 f"{2 * positions / 100:g} s), {positions:,} tokens each; its position table frozen (requires_grad False; counted, as "
-                 "sum(p.numel()) counts it)")
+                 f"{_seconds(2 * positions)} s), {positions:,} tokens each; its position table frozen (requires_grad "
+                 "False; counted, as sum(p.numel()) counts it)")
     return dict(n_layers=cfg["num_hidden_layers"], d_model=D, n_heads=heads, d_ff=cfg["intermediate_size"],
                 norm="layernorm", norm_position="pre", final_norm=True, bias=True, k_bias=False,
                 activation=activation_of(cfg, "activation_function"), causal=False, lm_head=False,
@@ -83,7 +89,7 @@ def voxtral_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> l
                          f"{positions} tokens do not split into groups of {merge} (intermediate_size / hidden_size; a "
                          "group would straddle two windows)")
     notes.append(f"voxtral: every {merge} audio tokens concatenated into one row of the projector ({positions // merge:,} "
-                 f"tokens of the prompt a window of {2 * positions / 100:g} s)")
+                 f"tokens of the prompt a window of {_seconds(2 * positions)} s)")
     return [dict(name="multi_modal_projector", source="audio", merge=merge, widths=[I, D_t, D_t], bias=False,
                  activation=activation_of(cfg, "projector_hidden_act"))]
 
