@@ -469,6 +469,8 @@ BASE["mllama_text_model"] = dict(num_hidden_layers=4, hidden_size=64, num_attent
 BASE["whisper"] = dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_attention_heads=4,
                        decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, num_mel_bins=8,
                        max_source_positions=16, max_target_positions=32, vocab_size=100, tie_word_embeddings=False)
+BASE["voxtral_encoder"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96,
+                               num_mel_bins=8, max_source_positions=16)
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -891,6 +893,9 @@ DIRECT["whisper"] = dict(encoder_layers="n_encoder_layers", decoder_layers="n_la
                          max_target_positions="max_positions", tie_word_embeddings="tie_embeddings",
                          hidden_size="d_model", num_attention_heads="n_heads", num_key_value_heads="n_heads",
                          num_hidden_layers="n_encoder_layers")
+# Voxtral's audio tower: VoxtralEncoderConfig's attribute_map (d_model, encoder_layers, ...) lands on its own names
+DIRECT["voxtral_encoder"] = _TOWER_DIRECT | dict(d_model="d_model", encoder_layers="n_layers",
+                                                 encoder_attention_heads="n_heads", encoder_ffn_dim="d_ff")
 TRIED = {"examples": 0, "read": 0, "refused": 0}
 
 

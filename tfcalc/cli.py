@@ -325,7 +325,9 @@ ImagesOpt = Annotated[Optional[int], typer.Option("--images", parser=_integer, m
 AudioSecondsOpt = Annotated[Optional[str], typer.Option("--audio-seconds", metavar="S", rich_help_panel=_WORKLOAD,
                                                        show_default=False, help=(
     "A model of audio (Whisper): seconds of audio per sequence, 100 log-mel frames a second, an even number of "
-    "them (default: the model's window, 30 s = 3,000 frames). The encoder's tokens are half the frames."))]
+    "them (default: the model's window, 30 s = 3,000 frames). The encoder's tokens are half the frames. A model "
+    "with an audio tower (Voxtral): each sequence's audio (default 30 s), padded to whole windows of the tower's "
+    "(30 s), each window's tokens, merged by its projector, among the language model's --seq-len."))]
 
 
 def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
@@ -334,7 +336,9 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
     if spec.towers and not towers:
         if command == "memory":
             command = "memory (a train step)"
-        raise TfcalcError(f"tfcalc {command}: {spec.label} has a {' and '.join(spec.towers)} tower beside its language "
+        named = " and ".join(spec.towers)
+        raise TfcalcError(f"tfcalc {command}: {spec.label} has {'an' if named[0] in 'aeiou' else 'a'} {named} tower "
+                          "beside its language "
                           f"model; {command} plans one tower for now: --tower text plans the language model (count, "
                           "check, inference memory and infer take the whole model)")
     if spec.inputs != "tokens":

@@ -218,25 +218,47 @@ def describe_workload(w, spec=None) -> str:
         if "vision" in spec.towers:
             H, W = image_size(spec, w)
             n = 1 if w.images is None else w.images
-            into = image_tokens(spec, w)
+            into = image_tokens(spec, w, "vision")
             parts.append("no image (a prompt of text alone)" if n == 0 else
                          f"{n:,} image{'s' if n != 1 else ''} of {H}x{W}" + (
                              f" ({into:,} of the tokens)" if into and w.phase != "decode" else
                              " (encoded at the prefill)" if w.phase == "decode" else ""))
+        if "audio" in spec.towers:  # each sequence's audio, in whole windows
+            from .arch.towers import audio_windows
+
+            frames = w.mel_frames or spec.towers["audio"].sizes("audio_conv").window
+            n, into = audio_windows(spec, w), image_tokens(spec, w, "audio")
+            parts.append(f"{_seconds(frames)} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of "
+                         f"{spec.towers['audio'].sizes('audio_conv').window:,} mel frames" + (
+                             f"; {into:,} of the tokens)" if into and w.phase != "decode" else
+                             "; encoded at the prefill)" if w.phase == "decode" else ")"))
         return ", ".join(parts) + f"; {scored}"
     if getattr(w, "image_size", None) is not None:  # a model of images: B images, their patches and class token
         H, W = w.image_size
         return (f"{w.phase}: {w.batch_size:,} image{'s' if w.batch_size != 1 else ''} of {H}x{W}, {w.seq_len:,} "
                 f"tokens each; {scored}")
     if getattr(w, "mel_frames", None) is not None and w.phase != "decode":  # a model of audio: the encoder's input
-        src = f", {w.mel_frames / 100:g} s of audio ({w.mel_frames:,} mel frames, {w.src_len:,} encoder tokens)"
+        tokens = f", {w.src_len:,} encoder tokens" if w.src_len is not None else ""  # (an audio encoder alone: N)
+        src = f", {_seconds(w.mel_frames)} s of audio ({w.mel_frames:,} mel frames{tokens})"
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
+
+
+def _seconds(frames: int) -> str:
+    """Mel frames as seconds (100 a second), exactly, however many: 3000 -> '30', 1050 -> '10.5'."""
+    whole, hundredths = divmod(frames, 100)
+    return f"{whole}" if not hundredths else f"{whole}.{hundredths:02d}".rstrip("0")
 
 
 def summary_table(result: CountResult) -> Table:
     p, f, m = result.params, result.flops, result.macs
-    audio = getattr(result.spec, "inputs", "tokens") == "audio"  # the input with no gradient: mel frames or images
-    inputs, first = ("audio", "first convolution") if audio else ("images", "patch embedding")
+    # the inputs with no gradient: mel frames (a model of audio, an audio tower) or images
+    spec = result.spec
+    reads = [getattr(spec, "inputs", "tokens"), *(t.inputs for t in getattr(spec, "towers", {}).values())]
+    audio, images = "audio" in reads, "images" in reads
+    inputs = " and ".join(what for what, has in (("images", images or not audio), ("audio", audio)) if has)
+    first = " and ".join(what for what, has in (("patch embedding", images or not audio),
+                                                ("first convolution", audio)) if has)
+    frames = " and ".join(what for what, has in (("images", images or not audio), ("mel frames", audio)) if has)
     rows = [
         ["parameters", "total", exact(p.total), human(p.total)],
         ["", "active (per token)", exact(p.active), human(p.active)],
@@ -268,7 +290,7 @@ def summary_table(result: CountResult) -> Table:
                + "); the causal figure counts the pairs the mask keeps.")
     if f.input_leaf and w.phase == "train":
         caption += (f" Backward: 2 x forward less the {first}'s input gradient ({f.input_leaf:,} FLOPs): the "
-                    f"{'mel frames' if audio else 'images'} need none.")
+                    f"{frames} need none.")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
                  label_columns=2)
 
@@ -351,8 +373,13 @@ def towers_table(result: CountResult) -> Table:
              sci(t["forward"])] for name, t in towers.items()]
     rows.append(["total", exact(p), human(p), pct(1.0), exact(f), sci(f)])
     w = result.workload
+    from .arch.towers import audio_windows
+
+    own = getattr(result.spec, "towers", {})
+    runs = [f"the vision tower's {w.images or 0} image(s)" if t.inputs == "images" else
+            f"the {name} tower's {audio_windows(result.spec, w)} window(s) of audio" for name, t in own.items()]
     caption = ("Each tower counted on its own workload: the language model's tokens (seq_len counts the image tokens "
-               f"among them), the vision tower's {w.images or 0} image(s); --tower text|vision picks one.")
+               f"among them), {', '.join(runs)}; --tower {'|'.join(['text', *own])} picks one.")
     return Table("Towers", ["tower", "params", "readable", "share", "forward FLOPs", "readable"], rows, caption,
                  right={1, 2, 3, 4, 5}, optional=[1, 4])
 

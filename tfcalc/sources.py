@@ -16,6 +16,7 @@ from .arch import Workload, default_workload
 from .errors import TfcalcError, validation_lines
 from .loading import parse_json, read_spec_file, read_text_file
 from .presets import find_preset
+from .sizes import MAX_DIGITS
 from .spec import ModelSpec
 
 
@@ -175,8 +176,12 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
         fields["batch_size"], fields["image_size"], fields["seq_len"] = image
     if spec.towers:
         fields.update(_tower_images(spec, image_size, images))
-    if frames is not None:
+    if frames is not None and spec.is_encoder_decoder:
         fields["mel_frames"], fields["src_len"] = frames, frames // 2
+    elif frames is not None and spec.inputs == "audio":  # an audio encoder alone: its tokens are half the frames
+        fields["mel_frames"], fields["seq_len"] = frames, frames // 2
+    elif frames is not None:  # a model with an audio tower: each sequence's audio
+        fields["mel_frames"] = frames
     return Workload.model_validate(fields)
 
 
@@ -213,10 +218,12 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
     flag); --src-len is refused for a model of audio (its encoder's tokens are the audio's)."""
     from decimal import Decimal, InvalidOperation
 
+    if "audio" in spec.towers:
+        return _tower_audio(spec, audio_seconds)
     if spec.inputs != "audio":
         if audio_seconds is not None:
             raise TfcalcError(f"--audio-seconds {audio_seconds}: {spec.label} reads {spec.inputs}, not audio "
-                              "(--audio-seconds is for a model of audio: Whisper)")
+                              "(--audio-seconds is for a model of audio, Whisper, or with an audio tower, Voxtral)")
         return None
     sizes = spec.sizes("audio_conv")
     if src_len is not None:
@@ -240,6 +247,34 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
                           f"encoder tokens, more than {spec.label}'s {sizes.positions:,} positions (at most "
                           f"{sizes.window / 100:g} s)")
     return int(frames)
+
+
+def _seconds(audio_seconds: str):
+    """--audio-seconds as typed: a positive Decimal, else None."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        seconds = Decimal(audio_seconds.strip().replace("_", ""))
+    except InvalidOperation:
+        return None
+    return seconds if seconds.is_finite() and seconds > 0 else None
+
+
+def _tower_audio(spec: ModelSpec, audio_seconds: str | None) -> int:
+    """A model with an audio tower (Voxtral): each sequence's mel frames, `audio_seconds` x 100 (a part of a frame
+    counts as one), default one window of the tower (30 s). The tower runs whole windows: the processor pads the audio
+    to them (towers.audio_windows)."""
+    import math
+
+    window = spec.towers["audio"].sizes("audio_conv").window
+    if audio_seconds is None:
+        return window
+    seconds = _seconds(audio_seconds)
+    if seconds is None:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
+    if seconds.adjusted() >= MAX_DIGITS - 3:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: sizes have at most {MAX_DIGITS} digits")
+    return math.ceil(seconds * 100)  # a frame every 10 ms (hop 160 at 16 kHz)
 
 
 def parse_image_size(text: str) -> tuple[int, int]:

@@ -282,7 +282,9 @@ class ModelSpec(BaseModel):
                               "class token before them and a learned position table added; sizes under "
                               "kinds.patch_embedding; no vocabulary, no LM head) or audio (an encoder-decoder whose "
                               "encoder reads a log-mel spectrogram through two convolutions and a position table, "
-                              "Whisper's; sizes under kinds.audio_conv; its decoder reads tokens).")
+                              "Whisper's; sizes under kinds.audio_conv; its decoder reads tokens; with "
+                              "n_encoder_layers=0 the encoder alone, a multimodal model's audio tower: no vocabulary, "
+                              "no LM head).")
     causal: bool = Field(True, description="Causal (decoder) attention; false for a bidirectional encoder.")
 
     # mixture of experts
@@ -367,10 +369,12 @@ class ModelSpec(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _vocabulary(cls, data: Any, handler):
-        """vocab_size is required of a model of tokens (inputs='tokens', the default) and of audio (its decoder's):
+        """vocab_size is required of a model of tokens (inputs='tokens', the default) and of audio with a decoder (its
+        decoder's; an audio encoder alone, a multimodal model's audio tower, has none):
         named with the other missing fields, in the fields' order, as pydantic names a required field."""
-        if not (isinstance(data, dict) and data.get("inputs", "tokens") in ("tokens", "audio")
-                and data.get("vocab_size") is None):
+        if not (isinstance(data, dict) and data.get("vocab_size") is None
+                and (data.get("inputs", "tokens") == "tokens"
+                     or (data.get("inputs") == "audio" and data.get("n_encoder_layers", 0) != 0))):
             return handler(data)
         from pydantic import ValidationError
 
@@ -408,6 +412,8 @@ class ModelSpec(BaseModel):
             self._set("d_ff", 4 * self.d_model)
         if self.inputs == "images":
             self._check_images(problems)  # first: the patch grid sizes the position table
+        elif self.inputs == "audio" and not self.n_encoder_layers:
+            self._check_audio_encoder(problems)  # its table is the audio front end's
         elif self.positions == "learned":
             if self.max_positions is None:
                 # the table is part of the model: fixed from the seq_len the spec is written with, and kept
@@ -553,7 +559,7 @@ class ModelSpec(BaseModel):
         for kind, inputs in (("patch_embedding", "images"), ("audio_conv", "audio")):
             if self.inputs != inputs and kind in self.kinds:
                 problems.append(f"kinds.{kind}: only for a model of {inputs} (inputs='{inputs}')")
-        if self.inputs == "audio":
+        if self.inputs == "audio" and self.n_encoder_layers:
             self._check_audio(problems)
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem
@@ -567,6 +573,10 @@ class ModelSpec(BaseModel):
             if name == "vision" and tower.inputs != "images":
                 problems.append(f"towers.vision: a vision tower reads images (inputs='images'), got "
                                 f"inputs={tower.inputs!r}")
+            if name == "audio" and (tower.inputs != "audio" or tower.n_encoder_layers):
+                problems.append(f"towers.audio: an audio tower is an audio encoder (inputs='audio', "
+                                f"n_encoder_layers=0), got inputs={tower.inputs!r}, "
+                                f"n_encoder_layers={tower.n_encoder_layers}")
         names = [c.name for c in self.connectors]
         for c in self.connectors:
             if c.source != "text" and c.source not in self.towers:
@@ -648,6 +658,36 @@ class ModelSpec(BaseModel):
                            ("n_token_types", self.n_token_types),
                            ("d_embedding", self.d_embedding is not None), ("causal", self.causal),
                            ("n_encoder_layers", self.n_encoder_layers),
+                           ("d_per_layer_input", self.d_per_layer_input is not None)):
+            if bad:
+                problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
+
+    def _check_audio_encoder(self, problems: list[str]) -> None:
+        """An audio encoder alone (inputs='audio', n_encoder_layers=0: a multimodal model's audio tower, Voxtral's
+        Whisper encoder): one bidirectional stack whose input is the `audio_conv` kind, its learned position table
+        kinds.audio_conv.positions rows (max_positions, derived), seq_len its tokens (half the mel frames); no
+        vocabulary, no LM head."""
+        from pydantic import ValidationError
+
+        try:
+            sizes = self.sizes("audio_conv")
+        except ValidationError:
+            return  # named by _check_kinds
+        where = f"inputs='audio' with n_encoder_layers=0 (an audio encoder: kinds.audio_conv: {sizes.describe()})"
+        if self.positions != "learned":
+            problems.append(f"positions={self.positions!r}: {where} adds its position table of {sizes.positions} rows "
+                            "(positions='learned')")
+        elif self.max_positions is None:
+            self._set("max_positions", sizes.positions)  # derived from the front end's table
+        elif self.max_positions != sizes.positions:
+            problems.append(f"max_positions={self.max_positions}: {where} has a position table of "
+                            f"{sizes.positions} rows; leave max_positions out")
+        if self.seq_len > sizes.positions:
+            problems.append(f"seq_len={self.seq_len}: {where} has {sizes.positions} positions")
+        for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
+                           ("causal", self.causal), ("n_token_types", self.n_token_types),
+                           ("embedding_norm", self.embedding_norm), ("d_embedding", self.d_embedding is not None),
+                           ("block_pattern", self.block_pattern is not None),
                            ("d_per_layer_input", self.d_per_layer_input is not None)):
             if bad:
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
@@ -966,7 +1006,7 @@ class ModelSpec(BaseModel):
     def label(self) -> str:
         return self.name or (
             f"L{self.n_layers} D{self.d_model} H{self.n_heads} "
-            f"{'images' if self.vocab_size is None else f'V{self.vocab_size}'} N{self.seq_len}"
+            f"{self.inputs if self.vocab_size is None else f'V{self.vocab_size}'} N{self.seq_len}"
         )
 
     # ---- changing a spec -----------------------------------------------------------------------

@@ -110,9 +110,13 @@ def default_workload(spec: ModelSpec) -> Workload:
     if spec.inputs == "images":  # one image at the model's size
         sizes = spec.sizes("patch_embedding")
         image = (sizes.height, sizes.width)
-    if spec.inputs == "audio":  # the model's window of mel frames, its encoder's positions
+    if spec.inputs == "audio" and spec.is_encoder_decoder:  # the model's window of mel frames, its encoder's positions
         frames = spec.sizes("audio_conv").window
         src_len = frames // 2
+    elif spec.inputs == "audio":  # an audio encoder alone: its tokens are half the mel frames
+        frames = 2 * spec.seq_len
+    elif "audio" in spec.towers:  # a model with an audio tower: one window (30 s) of audio per sequence
+        frames = spec.towers["audio"].sizes("audio_conv").window
     return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
                     mel_frames=frames, images=1 if "vision" in spec.towers else None)  # one image at the tower's size
 
@@ -132,7 +136,7 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
         problems.append(f"images={workload.images}: only a model with a vision tower takes images beside its tokens"
                         + (" (a model of images alone runs batch_size images)" if spec.inputs == "images" else
                            f" ({spec.label} has none)"))
-    if spec.inputs == "audio" or workload.mel_frames is not None:
+    if spec.inputs == "audio" or (workload.mel_frames is not None and "audio" not in spec.towers):
         problems += _audio_problems(spec, workload)
     if not spec.towers and (spec.inputs == "images" or workload.image_size is not None):
         problems += _image_problems(spec, workload)
@@ -154,6 +158,11 @@ def _audio_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     position table's rows); a model of tokens or images on none."""
     if spec.inputs != "audio":
         return [f"mel_frames={workload.mel_frames}: {spec.label} reads {spec.inputs}, not audio (inputs='audio')"]
+    if not spec.is_encoder_decoder:  # an audio encoder alone: seq_len is its tokens, half the mel frames
+        if workload.mel_frames is not None and workload.mel_frames != 2 * workload.seq_len:
+            return [f"mel_frames={workload.mel_frames}: {spec.label}'s {workload.seq_len} tokens (seq_len) are "
+                    f"{2 * workload.seq_len} mel frames (conv2's stride 2)"]
+        return []
     sizes = spec.sizes("audio_conv")
     frames = sizes.window if workload.mel_frames is None else workload.mel_frames
     if frames % 2:
@@ -208,12 +217,16 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     if workload.phase != "train" and not spec.lm_head:
         return [f"phase={workload.phase!r}: {spec.label} encodes texts and images (its text tower has no LM head); it "
                 "has no KV cache to prefill or decode (use phase='train' for a forward)"]
+    problems = []
     if "vision" not in spec.towers:
-        return [f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower"] \
-            if workload.image_size is not None or workload.images is not None else []
-    vision = spec.towers["vision"]
-    problems = [p.replace(vision.label, f"{spec.label}'s vision tower", 1)
-                for p in _image_problems(vision, towers.tower_workload(spec, "vision", workload))]
+        if workload.image_size is not None or workload.images is not None:
+            problems.append(f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower")
+    else:
+        vision = spec.towers["vision"]
+        problems += [p.replace(vision.label, f"{spec.label}'s vision tower", 1)
+                     for p in _image_problems(vision, towers.tower_workload(spec, "vision", workload))]
+    if "audio" not in spec.towers and workload.mel_frames is not None:
+        problems.append(f"mel_frames={workload.mel_frames}: {spec.label} has no audio tower")
     return problems or towers.connector_problems(spec, workload)
 
 
@@ -231,7 +244,10 @@ def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
     workload = workload or default_workload(spec)
     if spec.towers:
         return _multimodal(spec, workload)
-    if spec.inputs == "audio" and None in (workload.src_len, workload.mel_frames):
+    if spec.inputs == "audio" and not spec.is_encoder_decoder:  # an audio encoder alone: seq_len its tokens
+        if workload.mel_frames is None:
+            workload = workload.model_copy(update={"mel_frames": 2 * workload.seq_len})
+    elif spec.inputs == "audio" and None in (workload.src_len, workload.mel_frames):
         # the mel frames and the encoder's tokens, half of them, each from the other (default: the model's window)
         frames = workload.mel_frames or 2 * (workload.src_len or spec.sizes("audio_conv").positions)
         workload = workload.model_copy(update={"src_len": workload.src_len or frames // 2, "mel_frames": frames})
@@ -249,18 +265,26 @@ def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
 
     if workload.images is None and "vision" in spec.towers:
         workload = workload.model_copy(update={"images": 1})
-    # in decode the images were encoded at the prefill; with no image (a prompt of text alone) no tower runs
-    decode = workload.phase == "decode" or workload.images == 0
-    text = build(towers.text_tower(spec), workload.model_copy(update={"images": None, "image_size": None}))
+    if workload.mel_frames is None and "audio" in spec.towers:  # one window of audio per sequence
+        workload = workload.model_copy(update={"mel_frames": spec.towers["audio"].sizes("audio_conv").window})
+    # in decode the images (audio) were encoded at the prefill; with no image (a prompt of text alone) the vision
+    # tower does not run
+    decode = workload.phase == "decode"
+    text = build(towers.text_tower(spec), workload.model_copy(update={"images": None, "image_size": None,
+                                                                      "mel_frames": None}))
     groups = [replace(g, tower="text") for g in text.groups]
+    idle_towers = []
     for name in spec.towers:
         own = build(spec.towers[name], towers.tower_workload(spec, name, workload))
+        idle = decode or towers.units(spec, name, workload) == 0
+        idle_towers.append(idle)
         groups += [replace(g, label=f"{name} {g.label}", ops=tuple(towers.prefixed(op, name) for op in g.ops),
-                           tower=name, **({"repeat": 0, "copies": g.parameter_sets} if decode else {}))
+                           tower=name, **({"repeat": 0, "copies": g.parameter_sets} if idle else {}))
                    for g in own.groups]
     ops = tuple(op for c in spec.connectors for op in towers.connector_ops(spec, c, workload))
-    if ops:
-        groups.append(Group("connectors", 0 if decode else 1, ops, copies=1 if decode else None, kind="connector",
+    if ops:  # they run when some tower runs
+        idle = all(idle_towers)
+        groups.append(Group("connectors", 0 if idle else 1, ops, copies=1 if idle else None, kind="connector",
                             tower="connectors"))
     return Inventory(spec, workload, tuple(groups))
 

@@ -71,35 +71,63 @@ def images(workload: Workload) -> int:
     return 1 if workload.images is None else workload.images
 
 
+def audio_windows(spec: ModelSpec, workload: Workload) -> int:
+    """Windows of audio in the step: each sequence's mel frames (default one window) padded up to whole windows of
+    the audio tower (2 x kinds.audio_conv.positions frames; Voxtral's processor pads the audio to a multiple of 30 s
+    and cuts it into windows of 3,000 frames, each a row of the tower's batch)."""
+    window = spec.towers["audio"].sizes("audio_conv").window
+    frames = window if workload.mel_frames is None else workload.mel_frames
+    return workload.batch_size * -(-frames // window)
+
+
+def units(spec: ModelSpec, name: str, workload: Workload) -> int:
+    """What tower `name` encodes one at a time in the step: images (a tower of images), windows of audio (a tower of
+    audio)."""
+    return images(workload) if spec.towers[name].inputs == "images" else audio_windows(spec, workload)
+
+
 def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
-    """What tower `name` runs on: every image of the step, each its patches (and class token); a packed tower's
-    (Pixtral's, `kinds.patch_embedding.packed`) one sequence of every image's patches."""
-    if name != "vision":
-        raise TfcalcError(f"towers.{name}: not modelled yet (a vision tower is)")
+    """What tower `name` runs on: every image of the step, each its patches (and class token), a packed tower's
+    (Pixtral's, `kinds.patch_embedding.packed`) one sequence of every image's patches; every window of audio, each
+    its mel frames (the tower's positions are its tokens)."""
+    own = spec.towers[name]
+    if own.inputs == "audio":
+        sizes = own.sizes("audio_conv")
+        return Workload(batch_size=audio_windows(spec, workload), seq_len=sizes.positions, mel_frames=sizes.window)
+    if own.inputs != "images":
+        raise TfcalcError(f"towers.{name}: a tower of {own.inputs} is not modelled (a tower of images or audio is)")
     H, W = image_size(spec, workload)
     # with no image the tower does no work (the inventory runs it 0 times): its records are shaped for one
     n, tokens = max(images(workload), 1), tokens_per_image(spec, H, W)
-    if spec.towers["vision"].sizes("patch_embedding").packed:
+    if own.sizes("patch_embedding").packed:
         return Workload(batch_size=1, seq_len=n * tokens, image_size=(H, W))
     return Workload(batch_size=n, seq_len=tokens, image_size=(H, W))
 
 
 def unit_tokens(spec: ModelSpec, name: str, workload: Workload) -> int:
-    """Each image's tokens in tower `name`'s output: its sequence's, or its share of a packed tower's one sequence."""
-    return tower_workload(spec, name, workload).tokens // max(images(workload), 1)
+    """Each unit's tokens in tower `name`'s output (an image's, a window of audio's): its sequence's, or its share of
+    a packed tower's one sequence."""
+    return tower_workload(spec, name, workload).tokens // max(units(spec, name, workload), 1)
+
+
+def _input(tw: Workload) -> str:
+    """A tower's workload as the field that sets it: its images' size or its windows' mel frames."""
+    if tw.image_size is not None:
+        return f"image_size={tw.image_size[0]}x{tw.image_size[1]}"
+    return f"mel_frames={tw.mel_frames}"
 
 
 def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[int, int]:
     """(units, rows per unit) a connector reads: images (texts) and, per image, its pooled vector or its tokens after
     the class token is dropped, `pool` averaged and `merge` concatenated into one."""
     if c.source == "text":
-        units, tokens = workload.batch_size, workload.seq_len
+        n, tokens = workload.batch_size, workload.seq_len
     else:
-        units = images(workload)
+        n = units(spec, c.source, workload)
         tokens = unit_tokens(spec, c.source, workload)
     if c.pooled:
-        return units, 1
-    return units, (tokens - int(c.drop_class_token)) // (c.pool * c.merge)
+        return n, 1
+    return n, (tokens - int(c.drop_class_token)) // (c.pool * c.merge)
 
 
 def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
@@ -111,36 +139,42 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
         if not c.into_text:
             continue
         tw = tower_workload(spec, c.source, workload)
+        per = "image" if tw.image_size is not None else "window of audio"
         if c.image_size is not None and tw.image_size != (c.image_size, c.image_size):
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {spec.label}'s {c.name} reads images "
                             f"of {c.image_size}x{c.image_size} alone (it reshapes the tower's output to that grid)")
             continue
         tokens = unit_tokens(spec, c.source, workload) - int(c.drop_class_token)
         side, tower = math.isqrt(c.merge), spec.towers[c.source]
-        p = tower.sizes("patch_embedding").patch_size if tower.inputs == "images" else 1
-        rows, cols = tw.image_size[0] // p, tw.image_size[1] // p
+        if tower.inputs == "images" and c.merge > 1 and side * side == c.merge:
+            p = tower.sizes("patch_embedding").patch_size
+            rows, cols = tw.image_size[0] // p, tw.image_size[1] // p
         if tower.inputs == "images" and c.merge > 1 and side * side == c.merge and (rows % side or cols % side):
             # a square merge of an image's patches is a pixel shuffle of its grid: s x s blocks
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {rows}x{cols} {c.source} patches do "
                             f"not divide into {side}x{side} blocks ({spec.label}'s {c.name} concatenates each block: "
                             f"the image's sides are multiples of {p * side})")
         elif tokens % (c.pool * c.merge):
-            problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {tokens} {c.source} tokens per image "
-                            f"do not divide into {c.pool * c.merge}-token groups ({spec.label}'s {c.name})")
+            problems.append(f"{_input(tw)}: {tokens} {c.source} tokens per {per} do not divide into "
+                            f"{c.pool * c.merge}-token groups ({spec.label}'s {c.name})")
         elif c.into_text:
-            into += images(workload) * (tokens // (c.pool * c.merge))
+            into += units(spec, c.source, workload) * (tokens // (c.pool * c.merge))
     if into and workload.phase != "decode" and into > workload.tokens:
-        problems.append(f"seq_len={workload.seq_len}: the images' {into:,} tokens in the prompt do not fit "
+        images = [spec.towers[c.source].inputs == "images" for c in spec.connectors if c.into_text]
+        what = " and ".join(dict.fromkeys("images'" if i else "audio's" for i in images))
+        nouns = " and ".join(dict.fromkeys("image" if i else "audio" for i in images))
+        problems.append(f"seq_len={workload.seq_len}: the {what} {into:,} tokens in the prompt do not fit "
                         f"batch_size x seq_len = {workload.tokens:,} tokens of {spec.label}'s language model "
-                        "(seq_len counts the text and the image tokens)")
+                        f"(seq_len counts the text and the {nouns} tokens)")
     return problems
 
 
-def image_tokens(spec: ModelSpec, workload: Workload) -> int:
-    """The tokens the step's images become in the language model's prompt (0 for a dual encoder: CLIP)."""
+def image_tokens(spec: ModelSpec, workload: Workload, source: str | None = None) -> int:
+    """The tokens the step's images (and audio) become in the language model's prompt (0 for a dual encoder:
+    CLIP); `source`: those of one tower alone ("vision", "audio")."""
     total = 0
     for c in spec.connectors:
-        if c.into_text:
+        if c.into_text and source in (None, c.source):
             units, rows = connector_rows(spec, c, workload)
             total += units * rows
     return total

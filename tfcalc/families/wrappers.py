@@ -31,6 +31,7 @@ from .lfm2_vl import LFM2_VL_WHOLE
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
 from .registry import Family, Wrapper, register
+from .voxtral import VOXTRAL_WHOLE
 
 # ---- the text types built only inside a wrapper ------------------------------------------------------------------
 
@@ -200,7 +201,9 @@ register(
     # Mistral 3 (Mistral Small 3.1/3.2: mistral) and Ministral 3 / Devstral 2 (ministral3)
     Family("mistral3", nested=("mistral", TEXT),
            wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True), **MISTRAL3_WHOLE),
-    Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True)),
+    # read whole: the audio tower and the projector (tfcalc/families/voxtral.py)
+    Family("voxtral", nested=("llama", TEXT), wrapper=Wrapper(absent=VOXTRAL_TEXT, under=True, untied=True),
+           **VOXTRAL_WHOLE),
     # read whole: the SigLIP-like tower, pixel shuffle and modality projection (tfcalc/families/idefics3.py)
     Family("idefics3", nested=("llama", TEXT), wrapper=Wrapper(tie=False), **idefics3_whole("idefics3_vision")),
     Family("smolvlm", nested=("llama", TEXT), wrapper=Wrapper(tie=False), **idefics3_whole("smolvlm_vision")),

@@ -386,13 +386,16 @@ def build_model(spec: ModelSpec, device: str | torch.device = "meta", dtype: tor
 def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
                    workload: Workload | None = None) -> tuple[torch.Tensor, ...]:
     """Token ids for `workload` (default: the spec's own) on `device`: [B, N] and token types when the spec
-    has them (a model of images: images [B, C, H, W]); for an encoder-decoder the source [B, S] first (a model of audio:
-    mel frames [B, C, F]; left out in decode, when the encoder is cached)."""
+    has them (a model of images: images [B, C, H, W]; an audio encoder alone: mel frames [B, C, 2N]); for an
+    encoder-decoder the source [B, S] first (a model of audio: mel frames [B, C, F]; left out in decode, when the
+    encoder is cached)."""
     w = workload or default_workload(spec)
     generator = None if str(device) == "meta" else torch.Generator(device=device).manual_seed(0)
     if spec.inputs == "images":  # [B, C, H, W]
         return (reference(spec.input_kind).example_images(spec, w.batch_size, w.image_size, device, generator,
                                                                  seq_len=w.seq_len),)
+    if spec.inputs == "audio" and not spec.is_encoder_decoder:  # an audio encoder alone: mel frames [B, C, 2N]
+        return (reference(spec.input_kind).example_mel(spec, w.batch_size, 2 * w.seq_len, device, generator),)
     if spec.inputs == "audio" and w.phase != "decode":  # mel frames [B, C, F], then the decoder's tokens
         mel = reference(spec.input_kind).example_mel(spec, w.batch_size, w.mel_frames, device, generator)
         return mel, torch.randint(spec.vocab_size, (w.batch_size, w.seq_len), device=device, generator=generator)

@@ -169,7 +169,8 @@ def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload 
     if w.images == 0:
         raise TfcalcError(f"images=0: no tower of {spec.label} runs on a prompt of text alone; check its language "
                           "model (--tower text)")
-    parts = [("", check(text_tower(spec), device, train, w.model_copy(update={"images": None, "image_size": None}),
+    parts = [("", check(text_tower(spec), device, train, w.model_copy(update={"images": None, "image_size": None,
+                                                                              "mel_frames": None}),
                         fold))]
     parts += [(name, check(spec.towers[name], device, train, tower_workload(spec, name, w), fold))
               for name in spec.towers]
@@ -184,8 +185,10 @@ def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload 
     forward += c_forward
     params += c_params
     notes = list(dict.fromkeys(n for _, report in parts for n in report.notes))
-    notes.append(f"{spec.label}: each tower's reference model built alone on its own workload (the vision tower on "
-                 f"{w.images or 1} image(s)); the connectors' pooling and pixel shuffle are averages and reshapes (no "
+    runs = ", ".join(f"the {name} tower on {tower_workload(spec, name, w).batch_size} "
+                     f"{'image(s)' if spec.towers[name].inputs == 'images' else 'window(s) of audio'}"
+                     for name in spec.towers)
+    notes.append(f"{spec.label}: each tower's reference model built alone on its own workload ({runs}); the connectors' pooling and pixel shuffle are averages and reshapes (no "
                  "matmul); their norms and linears are torch modules of their own")
     train_row = None
     if train:

@@ -474,7 +474,8 @@ def trace(model, workload: Workload, encoder_decoder: bool,
     if mel_bins is not None:  # Whisper: the mel frames [B, mel_bins, F], then the decoder's tokens
         mel = torch.empty(workload.batch_size, mel_bins, workload.mel_frames, device="meta",
                           dtype=next(model.parameters()).dtype)  # in the model's dtype (a config's torch_dtype)
-        inputs = {"input_features": mel, "decoder_input_ids": ids}
+        inputs = {"input_features": mel, **({"decoder_input_ids": ids} if encoder_decoder else {})}  # (an audio
+        # encoder alone: the mel frames only)
     if cross is not None:  # [B, tokens, hidden_size]
         inputs["cross_attention_states"] = torch.empty(workload.batch_size, *cross, device="meta")
     if "use_cache" in inspect.signature(model.forward).parameters:
@@ -664,8 +665,11 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
             notes.append(f"transformers runs a whole window of {sizes.window:,} mel frames (its feature extractor pads "
                          f"the audio to it; WhisperEncoder refuses another length): compared there, not at the "
                          f"workload's {workload.mel_frames:,}")
-        work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
-                        mel_frames=sizes.window)
+        if spec.is_encoder_decoder:
+            work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
+                            mel_frames=sizes.window)
+        else:  # an audio encoder alone (a multimodal model's audio tower): its tokens are the window's
+            work = Workload(batch_size=workload.batch_size, seq_len=sizes.positions, mel_frames=sizes.window)
         spec = spec.replace(batch_size=work.batch_size, seq_len=work.seq_len)
     elif spec.inputs == "images":  # the images the workload gives (the tokens follow from them); the spec's seq_len is
         sizes = spec.sizes("patch_embedding")  # the model's own image
@@ -750,7 +754,7 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
         notes.append(f"phase {workload.phase}: transformers is compared on a full forward (phase train) over the "
                      f"{workload.keys:,} tokens per sequence the step sees, without a KV cache")
     work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, images=workload.images,
-                    image_size=workload.image_size)
+                    image_size=workload.image_size, mel_frames=workload.mel_frames)
     spec = base.replace(batch_size=work.batch_size, seq_len=base.seq_len)
     result = count(spec, work)
     model, routed = _guarded(path, build, raw, lm_head=spec.lm_head, multimodal=True)
@@ -782,8 +786,13 @@ def _compare_whole(path: Path, raw: dict, spec: ModelSpec, workload: Workload, o
     if outside:
         fwd.insert(-1, HfRow("forward", "(outside any module)", None, outside, None,
                              "counted at the model's top level; in the total"))
+    what = [f"{work.images or 1} image(s)"] if "vision" in spec.towers else []
+    if "audio" in spec.towers:
+        from ..arch.towers import audio_windows
+
+        what.append(f"{audio_windows(spec, work)} window(s) of audio")
     notes.append(f"{model_type}: transformers' whole class, every tower on the workload's text tokens and "
-                 f"{work.images or 1} image(s)")
+                 f"{' and '.join(what)}")
     return HfReport(model_type, type(model).__name__, work, rows + fwd, notes=notes)
 
 
