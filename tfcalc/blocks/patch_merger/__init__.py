@@ -4,6 +4,11 @@ Qwen2.5-VL), then each merge_size x merge_size block of patches (kinds.patch_emb
 into one row of D * m^2, and an MLP: Linear(D m^2, D m^2) with a bias, GELU (exact: nn.GELU, whatever the blocks'
 activation), Linear(D m^2, d_out) with a bias. Its rows are what reaches the language model: patches / m^2 tokens per
 image, d_out (out_hidden_size, the language model's hidden_size) wide (`tokens_out`).
+
+Qwen3-VL's DeepStack (`deepstack`: the blocks listed, deepstack_visual_indexes): after each listed block a merger of
+its own reads that block's output, its norm after the concatenation (over D m^2: use_postshuffle_norm), the same MLP;
+its rows are added to the language model's hidden states at the image's tokens after its first blocks (an add, no
+matmul: not counted here).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register
 from ...arch.ops import Elementwise, Matmul, Norm, Op
-from ...sizes import Size
+from ...sizes import Count, Size
 
 
 class MergerSizes(BaseModel):
@@ -23,11 +28,22 @@ class MergerSizes(BaseModel):
     d_out: Size = Field(description="The merger's output width, the language model's (Qwen2-VL's vision "
                                     "hidden_size, Qwen2.5-VL's out_hidden_size).")
 
+    deepstack: list[Count] = Field([], description="Blocks (0-based) after each of which a merger of its own reads "
+                                                   "that block's output, its norm after the concatenation (Qwen3-VL's "
+                                                   "deepstack_visual_indexes); [] : none.")
+
     def problems(self, spec) -> list[str]:
         if spec.inputs != "images":
             return [f"kinds.patch_merger: a merger of image patches needs a model of images (inputs='images'), got "
                     f"inputs={spec.inputs!r}"]
-        return []
+        out = []
+        if len(set(self.deepstack)) != len(self.deepstack):
+            out.append(f"kinds.patch_merger.deepstack={self.deepstack}: a block listed twice")
+        outside = [i for i in self.deepstack if i >= spec.n_layers]
+        if outside:
+            out.append(f"kinds.patch_merger.deepstack={self.deepstack}: {', '.join(map(str, outside))} name no block "
+                       f"of n_layers={spec.n_layers}")
+        return out
 
 
 def tokens_out(spec, height: int, width: int) -> int:
@@ -47,8 +63,15 @@ def patch_merger(ctx: Ctx) -> list[Op]:
         Matmul("merger/up", rows, D * m * m, D * m * m, bias=True),
         Elementwise("merger/up", "activation", rows * D * m * m, ACTIVATION_FLOPS["gelu"], "gelu"),
         Matmul("merger/down", rows, D * m * m, d_out, bias=True),  # [T / m^2, D m^2] @ [D m^2, d_out]
-    ]
+    ] + [op for _ in spec.sizes("patch_merger").deepstack for op in (  # one merger per listed block, on its output:
+        Norm("deepstack/norm", spec.norm, rows, D * m * m),  # the norm after the concatenation [T / m^2, D m^2]
+        Matmul("deepstack/up", rows, D * m * m, D * m * m, bias=True),  # [T / m^2, D m^2] @ [D m^2, D m^2]
+        Elementwise("deepstack/up", "activation", rows * D * m * m, ACTIVATION_FLOPS["gelu"], "gelu"),
+        Matmul("deepstack/down", rows, D * m * m, d_out, bias=True),  # [T / m^2, D m^2] @ [D m^2, d_out]
+    )]
 
 
 register(BlockKind("patch_merger", patch_merger, in_block=False, sizes=MergerSizes,
-                   reference=f"{__name__}.reference", components=((r"merger\.(norm|up|down)", r"merger/\1"),)))
+                   reference=f"{__name__}.reference",
+                   components=((r"merger\.(norm|up|down)", r"merger/\1"),
+                               (r"deepstack\.\d+\.(norm|up|down)", r"deepstack/\1"))))

@@ -1,4 +1,7 @@
-"""The `patch_merger` kind's torch module: ln_q, each m x m block of patches concatenated, up, GELU, down."""
+"""The `patch_merger` kind's torch module: ln_q, each m x m block of patches concatenated, up, GELU, down. With
+`deepstack` blocks (Qwen3-VL), a merger of their own on each listed block's output (a forward hook keeps it), the norm
+after the concatenation; their rows are added to the merger's (in transformers, to the language model's hidden states
+at the image's tokens: an add either way), so that backward runs through them as it does in the whole model."""
 
 from __future__ import annotations
 
@@ -12,26 +15,40 @@ from ...reference.layers import make_norm
 class PatchMerger(nn.Module):
     """[B, patches, D] (patches in raster order over the grid) -> [B, patches / m^2, d_out]."""
 
-    def __init__(self, spec, grid: tuple[int, int]):
+    def __init__(self, spec, grid: tuple[int, int], after_shuffle: bool = False):
         super().__init__()
         D, self.m, self.grid = spec.d_model, spec.sizes("patch_embedding").merge_size, grid
         d_out = spec.sizes("patch_merger").d_out
-        self.norm = make_norm(spec)
+        self.after_shuffle = after_shuffle
+        self.norm = make_norm(spec, D * self.m ** 2 if after_shuffle else D)
         self.up = nn.Linear(D * self.m ** 2, D * self.m ** 2)
         self.down = nn.Linear(D * self.m ** 2, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, D = (int(n) for n in x.shape)
         (rows, cols), m = self.grid, self.m
-        x = self.norm(x).view(B, rows // m, m, cols // m, m, D).transpose(2, 3).reshape(B, N // m ** 2, m * m * D)
+        x = x if self.after_shuffle else self.norm(x)
+        x = x.view(B, rows // m, m, cols // m, m, D).transpose(2, 3).reshape(B, N // m ** 2, m * m * D)
+        x = self.norm(x) if self.after_shuffle else x
         return self.down(F.gelu(self.up(x)))
 
 
 def attach(model: nn.Module, spec) -> None:
     from ...reference.model import image_grid
 
-    model.merger = PatchMerger(spec, image_grid(spec, model.workload))
+    grid = image_grid(spec, model.workload)
+    model.merger = PatchMerger(spec, grid)
+    listed = spec.sizes("patch_merger").deepstack
+    model.deepstack = nn.ModuleList(PatchMerger(spec, grid, after_shuffle=True) for _ in listed) if listed else None
+    model.deepstack_inputs = {}  # block index -> its output in this forward (not a module: no parameters)
+    for i in listed:
+        model.blocks[i].register_forward_hook(lambda _, __, out, i=i: model.deepstack_inputs.__setitem__(i, out))
 
 
 def forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model.merger(x)
+    out = model.merger(x)
+    if model.deepstack is not None:
+        listed = model.spec.sizes("patch_merger").deepstack
+        for i, merger in zip(listed, model.deepstack):
+            out = out + merger(model.deepstack_inputs.pop(i))
+    return out
