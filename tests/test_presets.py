@@ -24,6 +24,7 @@ EXPECTED = {
     "gemma4-31b", "gemma4-26b-a4b", "gemma4-e2b", "gemma4-e4b", "lfm2-1.2b", "nemotron-h-8b", "qwen3-next-80b-a3b",
     "jamba-1.5-mini", "qwen3.5-0.8b", "qwen3.5-35b-a3b", "granite4-h-small", "granite4-h-tiny", "falcon-h1-7b",
     "nemotron-3-nano", "llama4-scout", "llama4-maverick", "clip-vit-l14", "llama3.2-11b-vision", "qwen2.5-vl-7b",
+    "qwen3-vl-8b",
 }
 
 
