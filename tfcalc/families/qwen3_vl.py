@@ -54,6 +54,10 @@ COMPONENTS = [  # transformers' module names -> tfcalc components (check --hf-co
 def _tower3(cfg: dict, notes: list[str]) -> dict:
     """What Qwen3-VL's and Qwen3.5's towers share: all but DeepStack."""
     fields = _tower(cfg, "hidden_size", notes)
+    d_head = cfg["hidden_size"] // cfg["num_heads"]
+    refuse_if(cfg, "num_heads", d_head % 4 != 0, f"heads of hidden_size / num_heads = {d_head} are not a multiple of 4 "
+                                                 "(the 2-D rotary rotates a height half and a width half, each in "
+                                                 "pairs: transformers' tables would not fit the heads)")
     fields["kinds"]["patch_embedding"] |= {"bias": True, "position_table": cfg["num_position_embeddings"]}
     fields |= dict(d_ff=cfg["intermediate_size"], mlp="standard", activation=activation_of(cfg, "hidden_act"),
                    norm="layernorm")
