@@ -241,8 +241,6 @@ def test_bad_image_input_is_one_line_exit_2(tmp_path, args, message):
                                             "depth=27"),
     ({"deepstack_visual_indexes": [-1]}, "deepstack_visual_indexes=[-1] is not modelled: -1 name no block"),
     ({"deepstack_visual_indexes": None}, "deepstack_visual_indexes=None: expected a list of integers"),
-    ({"out_hidden_size": 2048}, "vision_config.out_hidden_size=2048 is not modelled beside the language model's "
-                                "hidden_size=4096"),
     ({"hidden_act": "tanh"}, "hidden_act='tanh' is not modelled"),
     ({"num_heads": 5}, "num_heads=5 is not modelled: hidden_size=1152 is not a multiple of it"),
     ({"num_heads": 128}, "num_heads=128 is not modelled: heads of hidden_size / num_heads = 9 are not a multiple of 4"),
@@ -264,3 +262,12 @@ def test_one_tower_of_the_whole_config(tmp_path):
     assert json.loads(out.output)["params"]["total"] == meta_params(transformers.Qwen3VLVisionModel, vision)
     text = runner.invoke(app, ["count", "--hf-config", path, "--tower", "text", "--json"])
     assert json.loads(text.output)["params"]["total"] == 8_190_735_360
+
+
+def test_a_merger_narrower_than_the_language_model_is_counted_as_built_and_noted(tmp_path):
+    # transformers builds it (Qwen3-VL-4B's text_config beside the tower's default 3584-wide output, a config whose
+    # vision_config is left out); its forward could not put the merger's 2048-wide tokens in a 4096-wide prompt
+    config = {**QWEN3_VL_8B, "vision_config": {**QWEN3_VL_8B["vision_config"], "out_hidden_size": 2048}}
+    source = read_hf_config(write(tmp_path, config))
+    assert "vision_config.out_hidden_size=2048 is not the language model's hidden_size=4096" in source.source
+    assert count(source.spec).params.total == meta_params(transformers.Qwen3VLForConditionalGeneration, config)

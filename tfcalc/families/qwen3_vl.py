@@ -20,7 +20,7 @@ The tower, D = hidden_size:
   to the language model's hidden states at the image's tokens after the language model's first blocks (an add: no
   matmul). Qwen3.5's tower has none (a deepstack_visual_indexes in its vision_config is not read by transformers).
 The image's tokens (patches / m^2, out_hidden_size wide) take the image's places in the prompt: the language model's
-width (refused otherwise). The language model's multimodal rotary is positions only (no parameters, no matmul).
+width (noted otherwise: transformers builds such a model, its forward fails). The language model's multimodal rotary is positions only (no parameters, no matmul).
 The workload is images (--image-size, --images): the configs give no image size. The default is one 448x448 image: 28
 x 28 patches of 16, 196 tokens to the language model after the merger.
 Keys that do not change a count are not read: initializer_range, rope_parameters (the rotary's frequencies).
@@ -28,7 +28,7 @@ Keys that do not change a count are not read: initializer_range, rope_parameters
 
 from __future__ import annotations
 
-from ..hf import Unmodelled, activation_of, refuse_if
+from ..hf import activation_of, refuse_if
 from .qwen_vl import _tower
 from .registry import Family, register
 
@@ -96,9 +96,10 @@ def qwen3_vl_tokens(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
     added to the same places."""
     vision, text = towers["vision"], towers["text"]
     d_out = vision["kinds"]["patch_merger"]["d_out"]
-    if d_out != text["d_model"]:
-        raise Unmodelled(f"vision_config.out_hidden_size={d_out} is not modelled beside the language model's "
-                         f"hidden_size={text['d_model']} (the merger's tokens take the image's places in the prompt)")
+    if d_out != text["d_model"]:  # transformers builds it (its parameters are counted), its forward cannot run
+        notes.append(f"vision_config.out_hidden_size={d_out} is not the language model's hidden_size="
+                     f"{text['d_model']}: transformers builds this model, but its forward cannot put the merger's "
+                     "tokens in the prompt (counted as if it could)")
     m = vision["kinds"]["patch_embedding"]["merge_size"]
     notes.append(f"{cfg.get('model_type', 'qwen3_vl')}: each image's patches merged {m}x{m} by the vision tower's "
                  "merger into tokens of the prompt")
