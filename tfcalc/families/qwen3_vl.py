@@ -146,8 +146,8 @@ QWEN3_VL_VISION_DEFAULTS = QWEN3_5_VISION_DEFAULTS | dict(deepstack_visual_index
 QWEN3_5_VISION_TYPES = dict(depth="size", hidden_size="size", hidden_act="str", intermediate_size="size",
                             num_heads="size", in_channels="size", patch_size="size|sizes", spatial_merge_size="size",
                             temporal_patch_size="size|sizes", out_hidden_size="size", num_position_embeddings="size",
-                            deepstack_visual_indexes="integers")
-QWEN3_VL_VISION_TYPES = QWEN3_5_VISION_TYPES
+                            deepstack_visual_indexes="integers?")  # not read: any list, or null
+QWEN3_VL_VISION_TYPES = QWEN3_5_VISION_TYPES | dict(deepstack_visual_indexes="integers")
 ALIASES = dict(num_hidden_layers="depth", num_attention_heads="num_heads")  # the config classes' attribute_map
 
 register(

@@ -41,8 +41,9 @@ def attach(model: nn.Module, spec) -> None:
     listed = spec.sizes("patch_merger").deepstack
     model.deepstack = nn.ModuleList(PatchMerger(spec, grid, after_shuffle=True) for _ in listed) if listed else None
     model.deepstack_inputs = {}  # block index -> its output in this forward (not a module: no parameters)
-    for i in listed:
-        model.blocks[i].register_forward_hook(lambda _, __, out, i=i: model.deepstack_inputs.__setitem__(i, out))
+    for i in listed:  # a folded model (check's one block per kind) reads its last block: the same [B, N, D] output
+        block = model.blocks[min(i, len(model.blocks) - 1)]
+        block.register_forward_hook(lambda _, __, out, i=i: model.deepstack_inputs.__setitem__(i, out))
 
 
 def forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
