@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, find_preset, load_preset
+from tfcalc.arch.towers import select
 from tfcalc.hf import DEFAULTS, read_hf_config
 from tfcalc.plan.memory import inference_memory
 from tfcalc.verify import hf_model
@@ -315,9 +316,9 @@ def test_qwen3_5_text_and_its_multimodal_config_check_all_match(tmp_path, model_
     outer = {"model_type": model_type.removesuffix("_text"), "text_config": config, "tie_word_embeddings": False,
              "vision_config": {"depth": 1}}
     nested_path = write(tmp_path, outer)
-    source = read_hf_config(nested_path)
-    assert source.spec.replace(name=spec.name) == spec
-    assert hf_model.compare(nested_path, source.spec, Workload(batch_size=2, seq_len=6)).match
+    source = read_hf_config(nested_path)  # read whole (its vision tower: tests/test_qwen3_vl_whole.py)
+    assert select(source.spec, "text").replace(name=spec.name) == spec
+    assert hf_model.compare(nested_path, select(source.spec, "text"), Workload(batch_size=2, seq_len=6)).match
 
 
 def test_qwen3_5_refusals_name_the_field_and_value(tmp_path):

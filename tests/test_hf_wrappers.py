@@ -61,7 +61,9 @@ def wrapper(model_type: str, body: dict | None = None, **outer) -> dict:
     (not counted; a smaller build)."""
     tower = "audio_config" if model_type == "voxtral" else "vision_config"
     body = text(family(model_type).nested[0]) if body is None else body
-    return {"model_type": model_type, "text_config": body, tower: {"num_hidden_layers": 1}, **outer}
+    # Qwen3-VL's DeepStack mergers read blocks 8, 16, 24 by default: one block deep, they read block 0
+    deepstack = {"deepstack_visual_indexes": [0]} if model_type.startswith("qwen3_vl") else {}
+    return {"model_type": model_type, "text_config": body, tower: {"num_hidden_layers": 1, **deepstack}, **outer}
 
 
 def write(folder, config: dict):

@@ -31,6 +31,7 @@ from ..hf import (
     show,
 )
 from .gpt_neox import partial_factor, partial_rotary
+from .qwen3_vl import QWEN3_5_MOE_WHOLE, QWEN3_5_WHOLE
 from .registry import Difference, Family, register
 
 # Qwen3NextConfig's class attributes for the fields read here (full_attention_interval and partial_rotary_factor are
@@ -198,7 +199,7 @@ def padded_conv(d: Difference) -> str | None:
 # Qwen3-Next's blocks, the gated DeltaNet's projections split (in_proj_qkv and in_proj_z, in_proj_b and in_proj_a: the
 # same weights and multiply-adds as in_proj_qkvz and in_proj_ba). Qwen3.5: a dense SwiGLU MLP of intermediate_size in
 # every block. Qwen3.5-MoE: experts with a shared expert in every block (no intermediate_size, no dense block). The
-# multimodal configs (qwen3_5, qwen3_5_moe) hold them in text_config; the vision tower is not counted. The
+# multimodal configs (qwen3_5, qwen3_5_moe) hold them in text_config; the vision tower is read by qwen3_vl.py. The
 # multi-token-prediction layers (mtp_num_hidden_layers) are not part of transformers' model: not counted.
 QWEN3_5_DEFAULTS = {"vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
                     "num_attention_heads": 16, "num_key_value_heads": 4, "hidden_act": "silu",
@@ -234,5 +235,6 @@ register(Family("qwen3_next", DEFAULTS, TYPES, qwen3_next, COMPONENTS, known=pad
          Family("qwen3_5_text", QWEN3_5_DEFAULTS, QWEN3_5_TYPES, qwen3_5, QWEN3_5_COMPONENTS, known=padded_conv),
          Family("qwen3_5_moe_text", QWEN3_5_MOE_DEFAULTS, QWEN3_5_MOE_TYPES, qwen3_5_moe, QWEN3_5_COMPONENTS,
                 known=padded_conv),
-         Family("qwen3_5", nested=("qwen3_5_text", "text_config")),
-         Family("qwen3_5_moe", nested=("qwen3_5_moe_text", "text_config")))
+         # read whole: the vision tower (its merger: tfcalc/families/qwen3_vl.py)
+         Family("qwen3_5", nested=("qwen3_5_text", "text_config"), **QWEN3_5_WHOLE),
+         Family("qwen3_5_moe", nested=("qwen3_5_moe_text", "text_config"), **QWEN3_5_MOE_WHOLE))

@@ -30,6 +30,7 @@ from .idefics3 import idefics3_whole
 from .lfm2_vl import LFM2_VL_WHOLE
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
+from .qwen3_vl import QWEN3_VL_MOE_WHOLE, QWEN3_VL_WHOLE
 from .registry import Family, Wrapper, register
 from .voxtral import VOXTRAL_WHOLE
 
@@ -195,8 +196,9 @@ register(
            **qwen_vl_whole("qwen2_vl_vision")),
     Family("qwen2_5_vl", nested=("qwen2_5_vl_text", TEXT),
            wrapper=Wrapper(tie=False, tie_from_text=True, at_top=True), **qwen_vl_whole("qwen2_5_vl_vision")),
-    Family("qwen3_vl", nested=("qwen3_vl_text", TEXT), wrapper=Wrapper(tie=False)),
-    Family("qwen3_vl_moe", nested=("qwen3_vl_moe_text", TEXT), wrapper=Wrapper(tie=False)),
+    # read whole: the vision tower (its merger and DeepStack mergers: tfcalc/families/qwen3_vl.py)
+    Family("qwen3_vl", nested=("qwen3_vl_text", TEXT), wrapper=Wrapper(tie=False), **QWEN3_VL_WHOLE),
+    Family("qwen3_vl_moe", nested=("qwen3_vl_moe_text", TEXT), wrapper=Wrapper(tie=False), **QWEN3_VL_MOE_WHOLE),
     Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True)),
     # Mistral 3 (Mistral Small 3.1/3.2: mistral) and Ministral 3 / Devstral 2 (ministral3)
     Family("mistral3", nested=("mistral", TEXT),

@@ -22,6 +22,11 @@ patch grid, then CONCATENATES them into one sequence (`packed`): the blocks atte
 once, a block-diagonal mask keeping each image's own pairs. The eager forward still computes every pair of that one
 sequence (the mask is added to the scores), so the tower's workload is one sequence of images x patches tokens
 (towers.tower_workload) and forward counts (images x patches)^2 pairs, as FlopCounterMode sees them.
+
+Qwen3-VL's and Qwen3.5's vision towers: the same Conv3d with a bias, and beside the 2-D rotary a learned table of
+`position_table` rows (pos_embed, a square grid of positions) resampled to each image's grid in every forward:
+bilinear, each patch the weighted sum of 4 gathered rows (no matmul: FlopCounterMode counts nothing of it), added to
+the patches. Its parameters are [rows, D] at any image size.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import BlockKind, Ctx, register
 from ...arch.ops import Matmul, Norm, Op, Table
-from ...sizes import Size
+from ...sizes import Count, Size
 
 
 class PatchSizes(BaseModel):
@@ -68,6 +73,11 @@ class PatchSizes(BaseModel):
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
                            "[rows, D]; no class token.")
+
+    position_table: Count = Field(
+        0, description="Rows of a learned position table beside rotary positions (Qwen3-VL's pos_embed, "
+                       "num_position_embeddings), resampled bilinearly to each image's grid by gathers and weighted "
+                       "sums (no matmul). 0: none.")
 
     @property
     def height(self) -> int:
@@ -125,6 +135,9 @@ class PatchSizes(BaseModel):
         if self.resized_positions and self.class_token:
             out.append("kinds.patch_embedding.resized_positions=True: SigLIP2's patches have no class token; set "
                        "class_token=false")
+        if self.position_table and spec.positions == "learned":
+            out.append(f"kinds.patch_embedding.position_table={self.position_table}: a second table beside "
+                       "positions='learned' (its table is the model's own); expected 0")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.up_to_image_size and min(self.height, self.width) == 0:
@@ -148,6 +161,9 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
         *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
         *([Table(ctx.name("embedding/position"), spec.max_positions, D, "position")]  # [patches (+ 1), D]
           if spec.positions == "learned" else []),
+        # Qwen3-VL: a table [rows, D] beside the rotary, resampled to each image's grid by gathers (no matmul)
+        *([Table(ctx.name("embedding/position"), sizes.position_table, D, "position")]
+          if sizes.position_table else []),
         # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
         # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
         *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,
@@ -159,4 +175,5 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
 
 register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"embedding\.(patch|class_token|position|position_resize|norm)", r"embedding/\1"),)))
+                   components=((r"embedding\.(patch|class_token|position|position_resize|norm)", r"embedding/\1"),
+                               (r"embedding\.position_table", "embedding/position"))))

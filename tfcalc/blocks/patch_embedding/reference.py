@@ -3,7 +3,9 @@ a Conv2d of kernel and stride patch_size over the images, flattened to [B, patch
 (if any), the position table added (bicubically interpolated to another image's grid, as interpolate_pos_encoding does).
 With temporal_patch_size T > 1 (Qwen2-VL's PatchEmbed) a Conv3d of kernel and stride (T, p, p) over each image
 repeated to T frames; without a bias, a class token or a position table where the sizes and positions say so. A packed
-tower (Pixtral's) concatenates every image's patches into one sequence [1, images x patches, D]."""
+tower (Pixtral's) concatenates every image's patches into one sequence [1, images x patches, D]. Qwen3-VL's table
+beside the rotary (`position_table` rows): resampled to the image's grid bilinearly (align_corners), as transformers
+does it, 4 gathered rows per patch weighted and summed (no matmul), and added."""
 
 from __future__ import annotations
 
@@ -65,6 +67,22 @@ class PositionResize(nn.Module):
         return weights @ table.reshape(rows, -1)
 
 
+def bilinear_taps(side: int, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each patch of a rows x cols grid (raster order): the 4 rows of a side x side table that bilinear
+    resampling (align_corners) reads, and their weights: ([patches, 4] indices, [patches, 4] weights)."""
+    def axis(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        at = torch.linspace(0, side - 1, n)
+        lo = at.floor().long()
+        return lo, (lo + 1).clamp(max=side - 1), at - lo
+
+    r0, r1, fr = axis(rows)
+    c0, c1, fc = axis(cols)
+    r0, r1, fr = r0[:, None], r1[:, None], fr[:, None]
+    index = torch.stack([r0 * side + c0, r0 * side + c1, r1 * side + c0, r1 * side + c1], -1).reshape(-1, 4)
+    weight = torch.stack([(1 - fr) * (1 - fc), (1 - fr) * fc, fr * (1 - fc), fr * fc], -1).reshape(-1, 4)
+    return index, weight
+
+
 class PatchEmbedding(nn.Module):
     """The stack's input from images: `patch` (the convolution), `class_token` [1, 1, D], `position` [1, rows, D]."""
 
@@ -80,6 +98,8 @@ class PatchEmbedding(nn.Module):
         self.class_token = Parameter(1, 1, D) if sizes.class_token else None
         # rotary positions (Qwen2-VL's 2-D rotary over the grid): no table, nothing added here
         self.position = Parameter(1, spec.max_positions, D) if spec.positions == "learned" else None
+        # Qwen3-VL: a table beside the rotary, resampled to each image's grid
+        self.position_table = Parameter(sizes.position_table, D) if sizes.position_table else None
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
         self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
         self.packed = sizes.packed  # Pixtral: every image's patches one sequence
@@ -107,6 +127,11 @@ class PatchEmbedding(nn.Module):
             x = x + self.position_resize(self.position.weight, x.shape[0], x.shape[1])
         elif self.position is not None:
             x = x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
+        if self.position_table is not None:  # gathers, weights and a sum: no matmul
+            table = self.position_table.weight
+            index, weight = bilinear_taps(int(table.shape[0] ** 0.5), images.shape[-2] // p, images.shape[-1] // p)
+            rows = F.embedding(index.to(table.device), table)  # [patches, 4, D]
+            x = x + (rows * weight.to(table.device, table.dtype)[:, :, None]).sum(1)
         return x if self.norm is None else self.norm(x)
 
 

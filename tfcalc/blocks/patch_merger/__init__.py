@@ -9,6 +9,11 @@ Llama 4's vision adapter (Llama4VisionPixelShuffleMLP) is the same kind with its
 the class token dropped first (a tower whose patch embedding has one), each 2 x 2 block of patches concatenated by its
 pixel shuffle (ratio 0.5: merge_size 2), then Linear(D m^2, d_hidden) without a bias, GELU, Linear(d_hidden, d_out)
 without a bias, and GELU again on its output (`out_activation`).
+
+Qwen3-VL's DeepStack (`deepstack`: the blocks listed, deepstack_visual_indexes): after each listed block a merger of
+its own reads that block's output, its norm after the concatenation (over D m^2: use_postshuffle_norm), the same MLP;
+its rows are added to the language model's hidden states at the image's tokens after its first blocks (an add, no
+matmul: not counted here).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register
 from ...arch.ops import Elementwise, Matmul, Norm, Op
-from ...sizes import Size
+from ...sizes import Count, Size
 
 
 class MergerSizes(BaseModel):
@@ -39,11 +44,22 @@ class MergerSizes(BaseModel):
         m = spec.sizes("patch_embedding").merge_size
         return self.d_hidden if self.d_hidden is not None else spec.d_model * m * m
 
+    deepstack: list[Count] = Field([], description="Blocks (0-based) after each of which a merger of its own reads "
+                                                   "that block's output, its norm after the concatenation (Qwen3-VL's "
+                                                   "deepstack_visual_indexes); [] : none.")
+
     def problems(self, spec) -> list[str]:
         if spec.inputs != "images":
             return [f"kinds.patch_merger: a merger of image patches needs a model of images (inputs='images'), got "
                     f"inputs={spec.inputs!r}"]
-        return []
+        out = []
+        if len(set(self.deepstack)) != len(self.deepstack):
+            out.append(f"kinds.patch_merger.deepstack={self.deepstack}: a block listed twice")
+        outside = [i for i in self.deepstack if i >= spec.n_layers]
+        if outside:
+            out.append(f"kinds.patch_merger.deepstack={self.deepstack}: {', '.join(map(str, outside))} name no block "
+                       f"of n_layers={spec.n_layers}")
+        return out
 
 
 def tokens_out(spec, height: int, width: int) -> int:
@@ -68,8 +84,15 @@ def patch_merger(ctx: Ctx) -> list[Op]:
         Elementwise("merger/up", "activation", rows * F, gelu, "gelu"),
         Matmul("merger/down", rows, F, d_out, bias=sizes.bias),  # [T / m^2, F] @ [F, d_out]
         *([Elementwise("merger/down", "activation", rows * d_out, gelu, "gelu")] if sizes.out_activation else []),
-    ]
+    ] + [op for _ in sizes.deepstack for op in (  # one merger per listed block, on its output:
+        Norm("deepstack/norm", spec.norm, rows, D * m * m),  # the norm after the concatenation [T / m^2, D m^2]
+        Matmul("deepstack/up", rows, D * m * m, F, bias=sizes.bias),  # [T / m^2, D m^2] @ [D m^2, F]
+        Elementwise("deepstack/up", "activation", rows * F, gelu, "gelu"),
+        Matmul("deepstack/down", rows, F, d_out, bias=sizes.bias),  # [T / m^2, F] @ [F, d_out]
+    )]
 
 
 register(BlockKind("patch_merger", patch_merger, in_block=False, sizes=MergerSizes,
-                   reference=f"{__name__}.reference", components=((r"merger\.(norm|up|down)", r"merger/\1"),)))
+                   reference=f"{__name__}.reference",
+                   components=((r"merger\.(norm|up|down)", r"merger/\1"),
+                               (r"deepstack\.\d+\.(norm|up|down)", r"deepstack/\1"))))
