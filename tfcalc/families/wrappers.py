@@ -24,6 +24,7 @@ their own), each an existing layout under another name, checked against its mode
 from __future__ import annotations
 
 from ..hf import DECODER_TYPES, decoder_fields, refuse_if
+from .exaone4_5 import EXAONE4_5_WHOLE
 from .glm4 import GLM4_COMPONENTS
 from .gpt_neox import partial_factor, partial_rotary
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
@@ -211,5 +212,5 @@ register(
     Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("minicpm_ocr", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=True)),
     Family("exaone4_5", nested=("exaone4", TEXT),
-           wrapper=Wrapper(renamed={"exaone4_5_text": "exaone4"}, type_required=True, tie=False)),
+           wrapper=Wrapper(renamed={"exaone4_5_text": "exaone4"}, type_required=True, tie=False), **EXAONE4_5_WHOLE),
 )
