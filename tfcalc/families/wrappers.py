@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .exaone4_5 import EXAONE4_5_WHOLE
 from .glm4 import GLM4_COMPONENTS
+from .glm4v import GLM4V_WHOLE
 from .gpt_neox import partial_factor, partial_rotary
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .registry import Family, Wrapper, register
@@ -194,7 +195,7 @@ register(
            wrapper=Wrapper(tie=False, tie_from_text=True, at_top=True), **qwen_vl_whole("qwen2_5_vl_vision")),
     Family("qwen3_vl", nested=("qwen3_vl_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("qwen3_vl_moe", nested=("qwen3_vl_moe_text", TEXT), wrapper=Wrapper(tie=False)),
-    Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True)),
+    Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True), **GLM4V_WHOLE),
     # Mistral 3 (Mistral Small 3.1/3.2: mistral) and Ministral 3 / Devstral 2 (ministral3)
     Family("mistral3", nested=("mistral", TEXT),
            wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True)),

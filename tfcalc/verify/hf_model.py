@@ -514,11 +514,13 @@ def trace_parts(parts: list[tuple[str, Any, dict]]) -> tuple[int, dict[str, int]
     model traced part by part on meta: each (prefix of its path, the submodule, its forward's inputs) (a vision tower
     on its patches and grid, the language model on the merged embeddings, the head on its hidden states)."""
     total, own, outside = 0, {}, 0
-    for prefix, module, inputs in parts:
+    for prefix, module, inputs in parts:  # prefix "": the model itself (a tower's own class)
         t, o, rest = trace(module, Workload(seq_len=1), False, inputs=inputs)
         total += t
-        own.update({f"{prefix}.{name}": v for name, v in o.items()})
-        if rest:
+        own.update({f"{prefix}.{name}" if prefix else name: v for name, v in o.items()})
+        if rest and not prefix:
+            outside += rest
+        elif rest:
             own[prefix] = own.get(prefix, 0) + rest  # the part's own work (a head is one module: all of it)
     return total, own, outside
 
@@ -686,8 +688,12 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
-                                   patches=patches, cross=None if cross is None else (cross, spec.d_model))
+    own_trace = registry.family(model_type).hf_trace  # a class whose forward cannot run on meta as it is
+    if own_trace is not None:
+        total, own, outside = _guarded(path, trace_parts, own_trace(model, spec, work))
+    else:
+        total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
+                                       patches=patches, cross=None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name

@@ -13,7 +13,8 @@ bicubic resampling, no matmul, not counted), the parameters unchanged. Dropout i
 Qwen2-VL's and Qwen2.5-VL's vision towers (PatchEmbed: a Conv3d of kernel = stride = (temporal_patch_size, p, p), no
 bias) read each image repeated to temporal_patch_size frames, so a patch is C * T * p * p pixels: [B * patches,
 C*T*p*p] @ [C*T*p*p, D], no bias; no class token, and no position table (positions='rotary': a 2-D rotary over the
-patch grid, no parameters). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
+patch grid, no parameters; GLM-4.1V's tower has a learned table too, `position_grid`^2 rows resampled bicubically to
+each image's grid by grid_sample, not counted, and added). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
 concatenates each block), so an image's sides are multiples of patch_size * merge_size.
 """
 
@@ -46,6 +47,11 @@ class PatchSizes(BaseModel):
     merge_size: Size = Field(1, description="Patches come in merge_size x merge_size blocks that a patch merger "
                                             "concatenates (Qwen2-VL's spatial_merge_size): an image's sides are "
                                             "multiples of patch_size * merge_size. 1: no blocks (ViT).")
+    position_grid: Size | None = Field(
+        None, description="GLM-4.1V's vision embeddings: a learned position table of position_grid x position_grid "
+                          "rows (image_size // patch_size a side) beside rotary positions, resampled to each image's "
+                          "patch grid by a bicubic grid_sample (no matmul, not counted) and added. None: the table, "
+                          "if any, is the spec's learned positions (ViT).")
     resized_positions: bool = Field(
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
@@ -93,6 +99,9 @@ class PatchSizes(BaseModel):
         if self.resized_positions and self.class_token:
             out.append("kinds.patch_embedding.resized_positions=True: SigLIP2's patches have no class token; set "
                        "class_token=false")
+        if self.position_grid is not None and spec.positions == "learned":
+            out.append(f"kinds.patch_embedding.position_grid={self.position_grid}: a table beside rotary positions "
+                       "(GLM-4.1V's); with positions='learned' the spec's own table is the positions")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.height % self.multiple or self.width % self.multiple:
@@ -114,6 +123,9 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
         *([Table(ctx.name("embedding/class_token"), 1, D, "class_token")] if sizes.class_token else []),  # [1, D]
         *([Table(ctx.name("embedding/position"), spec.max_positions, D, "position")]  # [patches (+ 1), D]
           if spec.positions == "learned" else []),
+        # GLM-4.1V: a [grid^2, D] table beside rotary positions, resampled to the image's grid (grid_sample: no matmul)
+        *([Table(ctx.name("embedding/position"), sizes.position_grid ** 2, D, "position")]
+          if sizes.position_grid is not None else []),
         # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
         # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
         *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,
