@@ -38,6 +38,9 @@ class Connector(BaseModel):
     pool: Size = Field(1, description="Tokens averaged into one before it (no parameters).")
     merge: Size = Field(1, description="Tokens concatenated into one before it (a pixel shuffle).")
     norm: Literal["none", "layernorm", "rmsnorm"] = Field("none", description="A norm over widths[0] first.")
+    norm_before_merge: bool = Field(False, description="The norm is over each token before `merge` concatenates "
+                                                       "them (widths[0] / merge wide: Kimi K2.5's pre_norm), not "
+                                                       "over the merged vector.")
     widths: list[Size] = Field([], description="Widths in, between and out: a linear between each two.")
     bias: bool = Field(False, description="Biases on its linears.")
     activation: Literal["gelu", "gelu_tanh", "relu", "silu"] = Field(

@@ -98,6 +98,9 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     problems = []
     into = 0
     for c in spec.connectors:
+        if c.norm_before_merge and (not c.widths or c.widths[0] % c.merge):
+            problems.append(f"connectors.{c.name}.norm_before_merge: widths[0] must be merge={c.merge} tokens' "
+                            f"widths, got widths={c.widths}")
         if not c.into_text:
             continue
         tw = tower_workload(spec, c.source, workload)
@@ -133,7 +136,9 @@ def connector_ops(spec: ModelSpec, c: Connector, workload: Workload) -> list[Op]
     units, per = connector_rows(spec, c, workload)
     rows = units * per
     ops: list[Op] = []
-    if c.norm != "none":  # over widths[0]: the pooled or merged vectors
+    if c.norm != "none" and c.norm_before_merge:  # over each token before the merge: [rows * merge, widths[0] / merge]
+        ops.append(Norm(f"{c.name}/norm", c.norm, rows * c.merge, c.widths[0] // c.merge))
+    elif c.norm != "none":  # over widths[0]: the pooled or merged vectors
         ops.append(Norm(f"{c.name}/norm", c.norm, rows, c.widths[0]))
     pairs = list(zip(c.widths, c.widths[1:]))
     for i, (k, n) in enumerate(pairs):

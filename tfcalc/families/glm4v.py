@@ -26,6 +26,7 @@ rotary's frequencies).
 from __future__ import annotations
 
 from ..hf import activation_of, refuse_if
+from ..sizes import MAX_DIGITS
 from .qwen_vl import ALIASES, SHARED_TYPES, _tower
 from .registry import Family, register
 
@@ -114,6 +115,133 @@ GLM4V_WHOLE = dict(towers={"vision": ("glm4v_vision", "vision_config")}, connect
                    prefixes={"text": r"model\.language_model\.", "vision": r"model\.visual\."},
                    components=[(r"lm_head", "head")], types=dict(model_type="str"), hf_trace=glm4v_parts)
 
+# ---- Kimi K2.5 (kimi_k25): its MoonViT-like tower and Kimi_K25MultimodalProjection ----------------------------------
+
+KIMI_COMPONENTS = [  # Kimi_K25VisionModel's module names -> tfcalc components
+    (r"patch_embed\.proj", "embedding/patch"),
+    (r"patch_embed\.pos_emb", "embedding/position"),
+    (r"layers\.\d+\.norm1", "attention/norm"),
+    (r"layers\.\d+\.attn\.(q|k|v)_proj", "attention/qkv"),
+    (r"layers\.\d+\.attn", "attention/core"),
+    (r"layers\.\d+\.attn\.proj", "attention/out"),
+    (r"layers\.\d+\.norm2", "mlp/norm"),
+    (r"layers\.\d+\.mlp\.fc1", "mlp/up"),
+    (r"layers\.\d+\.mlp\.fc2", "mlp/down"),
+    (r"final_layernorm", "final_norm"),
+]
+KIMI_IMAGE = 448  # pixels a side: the default workload (the config gives no image size), 256 tokens of the prompt
+
+
+def kimi_k25_vision(cfg: dict, notes: list[str]) -> dict:
+    """Kimi_K25VisionModel: a Conv2d of kernel = stride = patch_size with a bias over 3 channels, a learned table of
+    pos_emb_height x pos_emb_width rows resampled bicubically to each image's grid (embedding_bag: no matmul) plus a
+    per-frame sinusoid (a buffer; none on an image), a 2-D rotary, pre-norm LayerNorm blocks (q, k, v and proj with
+    biases; fc1, hidden_act, fc2 with biases), final_layernorm. Its tokens are merged by the projector (the
+    connector), merge_kernel_size a block."""
+    merge = cfg["merge_kernel_size"]
+    refuse_if(cfg, "merge_kernel_size", len(merge) != 2 or min(merge) < 1, "two positive integers (a block's height "
+                                                                          "and width in patches)")
+    p, (kh, kw) = cfg["patch_size"], merge
+    refuse_if(cfg, "patch_size", isinstance(p, list), "one integer (the patches' Conv2d is square in tfcalc)")
+    refuse_if(cfg, "merge_kernel_size", kh != kw, "a square block (tfcalc merges m x m patches)")
+    refuse_if(cfg, "pos_emb_width", cfg["pos_emb_width"] != cfg["pos_emb_height"],
+              f"pos_emb_height={cfg['pos_emb_height']} (transformers resamples the table as a square grid of "
+              "pos_emb_height a side)")
+    D, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    refuse_if(cfg, "num_attention_heads", D % heads != 0, f"hidden_size={D} is not a multiple of it")
+    for key in ("patch_size", "hidden_size", "pos_emb_height"):
+        refuse_if(cfg, key, cfg[key] >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
+    side = KIMI_IMAGE if KIMI_IMAGE % (p * kh) == 0 else p * kh * max(1, KIMI_IMAGE // (p * kh))
+    patches = (side // p) ** 2
+    notes.append(f"the config gives no image size: one {side}x{side} image by default ({patches} patches, "
+                 f"{patches // kh ** 2} tokens after the projector); --image-size HxW, --images N")
+    return dict(n_layers=cfg["num_hidden_layers"], d_model=D, n_heads=heads, d_ff=cfg["intermediate_size"],
+                mlp="standard", activation=activation_of(cfg, "hidden_act"), norm="layernorm", norm_position="pre",
+                bias=True, causal=False, lm_head=False, final_norm=True, positions="rotary", inputs="images",
+                seq_len=patches, context=patches,
+                kinds={"patch_embedding": {"image_size": side, "patch_size": p, "channels": 3, "class_token": False,
+                                           "bias": True, "merge_size": kh, "position_grid": cfg["pos_emb_height"]}})
+
+
+def kimi_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
+    """Kimi_K25MultimodalProjection over each image's tokens, merge_kernel_size^2 a block: pre_norm (a LayerNorm
+    over each token, projection_hidden_size wide: the tower's width), the block concatenated, in_proj D m^2 -> D m^2,
+    GELU, out_proj D m^2 -> the language model's width, biases. Its tokens take the image's places in the prompt."""
+    D, m = towers["vision"]["d_model"], towers["vision"]["kinds"]["patch_embedding"]["merge_size"]
+    refuse_if(cfg, "projection_hidden_size", cfg["projection_hidden_size"] != D,
+              f"the projector's pre_norm runs over each token of vision_config.hidden_size={D}")
+    return [dict(name="mm_projector", source="vision", merge=m * m, norm="layernorm", norm_before_merge=True,
+                 widths=[D * m * m, D * m * m, towers["text"]["d_model"]], bias=True, activation="gelu")]
+
+
+def _kimi_vision_inputs(model, images: int, p: int, hw: tuple[int, int]) -> dict:
+    """Kimi_K25VisionModel's inputs as its processor gives them: every image's patches [patches, 3, p, p] and
+    grid_thw (1, H/p, W/p) on the CPU (the attention reads it with tolist()), and what its forward computes from
+    the grid's values, computed as transformers does and handed in on meta: the rotary's positions, the table's
+    interpolation indices and weights, the frame index, the merge's scatter index."""
+    import torch
+    from transformers.models.kimi_k25.modeling_kimi_k25 import get_vision_frame_index, get_vision_temporal_merge_index
+    from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_position_ids
+
+    rows, cols = hw[0] // p, hw[1] // p
+    grid = torch.tensor([[1, rows, cols]] * images)
+    embed = model.patch_embed.pos_emb
+    indices, weights = get_vision_interpolation_indices_and_weights(
+        grid, embed.num_grid_per_side, mode=embed.interpolation_mode, align_corners=embed.interpolation_align_corners)
+    destination, weight, merged = get_vision_temporal_merge_index(grid, *model.merge_kernel_size)
+    meta = (lambda t: t.to("meta"))
+    return {"pixel_values": torch.empty(images * rows * cols, 3, p, p, device="meta"), "grid_thw": grid,
+            "position_ids": meta(get_vision_position_ids(grid, 1)), "interp_indices": meta(indices),
+            "interp_weights": meta(weights), "frame_index": meta(get_vision_frame_index(grid)),
+            "temporal_merge_index": (meta(destination), meta(weight), merged)}
+
+
+def kimi_k25_vision_parts(model, spec, workload) -> list:
+    """Kimi_K25VisionModel alone (check --hf-config --tower vision) on every image's patches and grid."""
+    sizes = spec.sizes("patch_embedding")
+    image = workload.image_size or (sizes.height, sizes.width)
+    return [("", model, _kimi_vision_inputs(model, workload.batch_size, sizes.patch_size, image))]
+
+
+def kimi_k25_parts(model, spec, workload) -> list:
+    """Kimi_K25ForConditionalGeneration part by part on meta (its vision tower reads image_grid_thw's values): the
+    vision tower on every image's patches and grid, the projector on its merged blocks [tokens, m^2, D], the language
+    model (DeepSeek-V3's, 1-D positions) on the prompt's embeddings, lm_head on its output."""
+    import torch
+
+    from ..arch.towers import image_size, images
+
+    tower = spec.towers["vision"]
+    sizes = tower.sizes("patch_embedding")
+    parts = []
+    n = images(workload)
+    if n:
+        (H, W), p, m = image_size(spec, workload), sizes.patch_size, sizes.merge_size
+        parts.append(("model.vision_tower", model.model.vision_tower,
+                      _kimi_vision_inputs(model.model.vision_tower, n, p, (H, W))))
+        tokens = n * (H // p // m) * (W // p // m)
+        parts.append(("model.mm_projector", model.model.mm_projector,
+                      {"hidden_states": torch.empty(tokens, m * m, tower.d_model, device="meta")}))
+    B, N, D = workload.batch_size, workload.seq_len, spec.d_model
+    parts.append(("model.language_model", model.model.language_model,
+                  {"inputs_embeds": torch.empty(B, N, D, device="meta"),
+                   "position_ids": torch.zeros(B, N, dtype=torch.long, device="meta")}))
+    parts.append(("lm_head", model.lm_head, {"input": torch.empty(B, N, D, device="meta")}))
+    return parts
+
+
+KIMI_K25_WHOLE = dict(towers={"vision": ("kimi_k25_vision", "vision_config")}, connectors=kimi_projector,
+                      prefixes={"text": r"model\.language_model\.", "vision": r"model\.vision_tower\."},
+                      components=[(r"lm_head", "head"), (r"model\.mm_projector\.pre_norm", "mm_projector/norm"),
+                                  (r"model\.mm_projector\.in_proj", "mm_projector/linear_1"),
+                                  (r"model\.mm_projector\.out_proj", "mm_projector/linear_2")],
+                      defaults=dict(projection_hidden_size=1152), types=dict(projection_hidden_size="size?"),
+                      hf_trace=kimi_k25_parts)
+
+# Kimi_K25VisionConfig's defaults (transformers 5.24)
+KIMI_DEFAULTS = dict(patch_size=14, pos_emb_height=64, pos_emb_width=64, num_attention_heads=16, num_hidden_layers=27,
+                     hidden_size=1152, intermediate_size=4304, hidden_act="gelu_pytorch_tanh", merge_kernel_size=[2, 2])
+
 # Glm4vVisionConfig's defaults (transformers 5.24)
 DEFAULTS = dict(depth=24, hidden_size=1536, hidden_act="silu", attention_bias=False, num_heads=12, in_channels=3,
                 image_size=336, patch_size=14, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=4096,
@@ -122,4 +250,9 @@ DEFAULTS = dict(depth=24, hidden_size=1536, hidden_act="silu", attention_bias=Fa
 register(Family("glm4v_vision", mapper=glm4v_vision, components=COMPONENTS, aliases=ALIASES, defaults=DEFAULTS,
                 layer_keys={"depth": "n_layers"}, hf_trace=glm4v_vision_parts,
                 types=SHARED_TYPES | dict(attention_bias="bool", image_size="size|sizes", out_hidden_size="size",
-                                          intermediate_size="size")))
+                                          intermediate_size="size")),
+         Family("kimi_k25_vision", mapper=kimi_k25_vision, components=KIMI_COMPONENTS, defaults=KIMI_DEFAULTS,
+                hf_trace=kimi_k25_vision_parts,
+                types=dict(patch_size="size|sizes", pos_emb_height="size", pos_emb_width="size",
+                           num_attention_heads="size", num_hidden_layers="size", hidden_size="size",
+                           intermediate_size="size", hidden_act="str", merge_kernel_size="integers")))

@@ -26,7 +26,7 @@ from __future__ import annotations
 from ..hf import DECODER_TYPES, decoder_fields, refuse_if
 from .exaone4_5 import EXAONE4_5_WHOLE
 from .glm4 import GLM4_COMPONENTS
-from .glm4v import GLM4V_WHOLE
+from .glm4v import GLM4V_WHOLE, KIMI_K25_WHOLE
 from .gpt_neox import partial_factor, partial_rotary
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .registry import Family, Wrapper, register
@@ -206,7 +206,8 @@ register(
     Family("llava", nested=("llama", TEXT),
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
            **LLAVA_WHOLE),
-    Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
+    Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True),
+           **KIMI_K25_WHOLE),
     Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",))),
     # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model
     Family("minicpmv4_6", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),

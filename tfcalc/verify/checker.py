@@ -194,6 +194,22 @@ def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload 
     return CheckReport(spec, device, forward, params, dict(uncounted), notes, w, train_row, routing)
 
 
+def _PerToken(norm, width: int):
+    """A norm over each token of a merged row (Connector.norm_before_merge): [rows, merge * width] normalised in
+    pieces of `width`."""
+    import torch
+
+    class PerToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, x):
+            return self.norm(x.reshape(-1, width)).reshape(x.shape)
+
+    return PerToken()
+
+
 def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tuple[list, list, int]:
     """The connectors' rows: each as torch modules (its norm over widths[0], its linears with the activation between
     them, its scalars) on the rows it reads, counted by FlopCounterMode and fvcore."""
@@ -212,8 +228,9 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
         units, per = connector_rows(spec, c, result.workload)
         layers: list[tuple[str, torch.nn.Module]] = []
         if c.norm != "none":
-            norm = torch.nn.LayerNorm(c.widths[0]) if c.norm == "layernorm" else torch.nn.RMSNorm(c.widths[0])
-            layers.append((f"{c.name}/norm", norm))
+            width = c.widths[0] // c.merge if c.norm_before_merge else c.widths[0]
+            norm = torch.nn.LayerNorm(width) if c.norm == "layernorm" else torch.nn.RMSNorm(width)
+            layers.append((f"{c.name}/norm", _PerToken(norm, width) if c.norm_before_merge else norm))
         pairs = list(zip(c.widths, c.widths[1:]))
         for i, (k, n) in enumerate(pairs):
             layers.append((c.name if len(pairs) == 1 else f"{c.name}/linear_{i + 1}", torch.nn.Linear(k, n, bias=c.bias)))
@@ -251,7 +268,9 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
         with FlopCounterMode(display=False) as fc:
             model(x)
         flops = fc.get_total_flops()
-        macs = FlopCountAnalysis(model, (x,)).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+        analysis = FlopCountAnalysis(model, (x,)).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        analysis.set_op_handle("aten::layer_norm", lambda inputs, outputs: 0)  # no matmul (as counters.py does)
+        macs = analysis.total()
         linears = [name for name, m in modules if isinstance(m, torch.nn.Linear)]
         for name in linears:  # one component per linear: each counted alone
             m = dict(modules)[name]
