@@ -130,3 +130,114 @@ def test_an_image_the_patches_do_not_cover_is_refused(tmp_path):
     path = write(tmp_path, _tiny())
     odd = runner.invoke(app, ["count", "--hf-config", str(path), "--image-size", "18"])
     assert odd.exit_code == 2 and "--image-size 18: not a multiple of" in odd.output, odd.output
+
+
+# ---- Kimi K2.5 (kimi_k25): its MoonViT-like tower (kimi_k25_vision) and Kimi_K25MultimodalProjection -------------
+
+def _kimi(heads: int = 2, merge: int = 2) -> dict:
+    return {"model_type": "kimi_k25", "image_token_id": 299, "video_token_id": 298, "projection_hidden_size": 24,
+            "text_config": {"model_type": "deepseek_v3", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+                            "moe_intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+                            "num_key_value_heads": 4, "n_shared_experts": 1, "n_routed_experts": 4,
+                            "num_experts_per_tok": 2, "first_k_dense_replace": 1, "kv_lora_rank": 8, "q_lora_rank": 8,
+                            "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8, "n_group": 1,
+                            "topk_group": 1, "max_position_embeddings": 128},
+            "vision_config": {"model_type": "kimi_k25_vision", "num_hidden_layers": 2, "hidden_size": 24,
+                              "intermediate_size": 40, "num_attention_heads": heads, "patch_size": 2,
+                              "pos_emb_height": 4, "pos_emb_width": 4, "merge_kernel_size": [merge, merge]}}
+
+
+@pytest.mark.parametrize("heads, merge, images, size", [(2, 2, 2, (16, 24)), (3, 1, 1, (6, 10))])
+def test_whole_kimi_k25_equals_its_generation_class(tmp_path, heads, merge, images, size):
+    config = _kimi(heads, merge)
+    path = write(tmp_path, config)
+    spec = read_hf_config(path).spec
+    workload = Workload(batch_size=2, seq_len=40, images=images, image_size=size)
+    patches = size[0] // 2 * (size[1] // 2)
+    assert image_tokens(spec, workload) == images * patches // merge ** 2
+    result = count(spec, workload)
+    assert result.params.total == meta_params(transformers.Kimi_K25ForConditionalGeneration, config)
+    assert result.towers["vision"]["params"] == meta_params(transformers.Kimi_K25VisionModel,
+                                                            config["vision_config"])
+    # the projector: pre_norm over each 24-wide token, in_proj 24 m^2 -> 24 m^2, out_proj -> 32, biases
+    w = 24 * merge ** 2
+    assert result.towers["connectors"] == {"params": 2 * 24 + w * w + w + w * 32 + 32,
+                                           "forward": 2 * images * (patches // merge ** 2) * (w * w + w * 32)}
+    report = hf_model.compare(path, spec, workload)
+    assert report.match, [r for r in report.rows if r.match is False]
+    assert not [r for r in report.rows if r.component.startswith("(unmapped)")]
+    assert check(spec, workload=workload, train=True).match
+
+
+def test_kimi_k25_vision_tower_alone_is_its_own_class(tmp_path):
+    config = _kimi()
+    path = write(tmp_path, config)
+    out = runner.invoke(app, ["count", "--hf-config", str(path), "--tower", "vision", "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["params"]["total"] == meta_params(transformers.Kimi_K25VisionModel,
+                                                                     config["vision_config"])
+    checked = runner.invoke(app, ["check", "--hf-config", str(path), "--tower", "vision", "--image-size", "16x24"])
+    assert checked.exit_code == 0 and "transformers: MATCH" in checked.output, checked.output
+
+
+# moonshotai/Kimi-K2.5's config.json as a model report dumps it whole (index id 62530201892: "模型路径
+# /nfs/ofs-llab-cold/model/moonshotai/Kimi-K2.5", transformers_version 5.7.0; its weight table lists the tower's and
+# the projector's shapes), the fields that size the model copied; quantization_config and auto_map left out. Its
+# vision_config gives the remote code's names (vt_*, init_pos_emb_*, mm_hidden_size) and model_type "": transformers'
+# Kimi_K25VisionConfig reads its own names, whose defaults are those sizes.
+KIMI_K25_TEXT = {
+    "model_type": "deepseek_v3", "attention_bias": False, "first_k_dense_replace": 1, "hidden_act": "silu",
+    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 262144,
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 384, "n_shared_experts": 1,
+    "norm_topk_prob": True, "num_attention_heads": 64, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+    "num_key_value_heads": 64, "num_nextn_predict_layers": 0, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-05, "rope_theta": 50000.0, "routed_scaling_factor": 2.827,
+    "rope_parameters": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 64.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                        "original_max_position_embeddings": 4096, "rope_theta": 50000.0, "rope_type": "yarn",
+                        "type": "yarn"},
+    "scoring_func": "sigmoid", "tie_word_embeddings": False, "topk_group": 1, "topk_method": "noaux_tc",
+    "v_head_dim": 128, "vocab_size": 163840}
+KIMI_K25 = {
+    "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "tie_word_embeddings": False,
+    "media_placeholder_token_id": 163605, "text_config": KIMI_K25_TEXT,
+    "vision_config": {"init_pos_emb_height": 64, "init_pos_emb_time": 4, "init_pos_emb_width": 64,
+                      "merge_kernel_size": [2, 2], "merge_type": "sd2_tpool", "mm_hidden_size": 1152,
+                      "mm_projector_type": "patchmerger", "model_type": "", "patch_size": 14,
+                      "pos_emb_type": "divided_fixed", "projector_hidden_act": "gelu", "projector_ln_eps": 1e-05,
+                      "text_hidden_size": 7168, "video_attn_type": "spatial_temporal", "vt_hidden_size": 1152,
+                      "vt_intermediate_size": 4304, "vt_num_attention_heads": 16, "vt_num_hidden_layers": 27}}
+# the tower: the Conv2d 3 * 14 * 14 -> 1152 with a bias, the 64 x 64 table; per block two LayerNorms, q, k, v, proj
+# with biases, fc1 1152 -> 4304 and fc2 with biases; final_layernorm. The projector: pre_norm [1152], in_proj 4608 ->
+# 4608, out_proj 4608 -> 7168, biases (the report's weight table: proj.0 [4608, 4608], proj.2 [7168, 4608])
+KIMI_BLOCK = 2 * 2 * 1152 + 4 * (1152 * 1152 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152)
+KIMI_VISION = 3 * 14 * 14 * 1152 + 1152 + 64 * 64 * 1152 + 27 * KIMI_BLOCK + 2 * 1152
+KIMI_PROJECTOR = 2 * 1152 + 4608 * 4608 + 4608 + 4608 * 7168 + 7168
+
+
+def test_kimi_k25_is_1_026_879_353_328_parameters_as_its_generation_class(tmp_path):
+    assert (KIMI_VISION, KIMI_PROJECTOR) == (416_866_032, 54_277_888)
+    spec = read_hf_config(write(tmp_path, KIMI_K25)).spec
+    result = count(spec)
+    assert result.towers["vision"]["params"] == KIMI_VISION
+    assert result.towers["connectors"]["params"] == KIMI_PROJECTOR
+    assert result.params.total == 1_026_879_353_328 == meta_params(transformers.Kimi_K25ForConditionalGeneration,
+                                                                    KIMI_K25)
+    assert count(select(spec, "text")).params.total == 1_026_879_353_328 - KIMI_VISION - KIMI_PROJECTOR
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("vt_hidden_size", 2048, "vision_config.vt_hidden_size=2048 is not modelled: the remote code's name"),
+    ("merge_kernel_size", [2, 3], "vision_config.merge_kernel_size=[2, 3]"),
+    ("pos_emb_width", 8, "vision_config.pos_emb_width=8"),
+    ("patch_size", [2, 2], "vision_config.patch_size=[2, 2]"),
+    ("num_attention_heads", 4, "vision_config.num_attention_heads=4")])  # heads of 6: the 2-D rotary needs 4k
+def test_bad_kimi_configs_are_refused_in_one_line(tmp_path, field, value, says):
+    config = _kimi()
+    config["vision_config"][field] = value
+    out = runner.invoke(app, ["count", "--hf-config", str(write(tmp_path, config))])
+    assert out.exit_code == 2 and says in out.output and "Traceback" not in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1, out.output
+    config = _kimi()
+    config["projection_hidden_size"] = 32
+    out = runner.invoke(app, ["count", "--hf-config", str(write(tmp_path, config))])
+    assert out.exit_code == 2 and "projection_hidden_size=32 is not modelled" in out.output, out.output

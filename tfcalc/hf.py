@@ -204,7 +204,7 @@ def _other_tower_type(raw: dict, family) -> str:
     for inner_type, key in (family.towers or {}).values():
         inner = raw.get(key)
         named = inner.get("model_type") if isinstance(inner, dict) else None
-        if named not in (None, inner_type, raw.get("model_type")):
+        if named not in (None, "", inner_type, raw.get("model_type")):  # "": a remote-code save's (Kimi K2.5's)
             return f"{key}.model_type={show(named)} tower"
     return ""
 
@@ -250,6 +250,8 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
             raise TfcalcError(f"{path}: {key}={show(inner)}: expected an object or null")
         if inner.get("model_type", inner_type) == outer_type:  # an older save's spelling (Qwen2.5-VL's before 4.5x)
             notes.append(f"{key}.model_type={show(outer_type)} read as {inner_type!r}, as transformers renames it")
+        elif inner.get("model_type") == "":  # a remote-code save's (Kimi K2.5's): the config class's sub-config reads it
+            notes.append(f"{key}.model_type='' read as {inner_type!r}, the class {outer_type} builds there")
         elif inner.get("model_type", inner_type) != inner_type:
             raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected {inner_type!r}")
         towers[tower], _ = _fields({**inner, "model_type": inner_type}, inner_type, path, notes, where=key)

@@ -129,6 +129,11 @@ KIMI_COMPONENTS = [  # Kimi_K25VisionModel's module names -> tfcalc components
     (r"layers\.\d+\.mlp\.fc2", "mlp/down"),
     (r"final_layernorm", "final_norm"),
 ]
+# Moonshot's remote code's names for the tower's sizes (Kimi-K2.5's published config.json) -> transformers' names
+REMOTE_NAMES = {"vt_hidden_size": "hidden_size", "vt_num_hidden_layers": "num_hidden_layers",
+                "vt_num_attention_heads": "num_attention_heads", "vt_intermediate_size": "intermediate_size",
+                "init_pos_emb_height": "pos_emb_height", "init_pos_emb_width": "pos_emb_width",
+                "mm_hidden_size": "hidden_size"}
 KIMI_IMAGE = 448  # pixels a side: the default workload (the config gives no image size), 256 tokens of the prompt
 
 
@@ -138,6 +143,14 @@ def kimi_k25_vision(cfg: dict, notes: list[str]) -> dict:
     per-frame sinusoid (a buffer; none on an image), a 2-D rotary, pre-norm LayerNorm blocks (q, k, v and proj with
     biases; fc1, hidden_act, fc2 with biases), final_layernorm. Its tokens are merged by the projector (the
     connector), merge_kernel_size a block."""
+    for remote, name in REMOTE_NAMES.items():  # Moonshot's remote code's names: transformers reads the others
+        refuse_if(cfg, remote, remote in cfg and cfg[remote] != cfg[name],
+                  f"the remote code's name, which transformers' Kimi_K25VisionConfig does not read (it builds "
+                  f"{name}={cfg[name]}); give {name}")
+    given = [remote for remote in REMOTE_NAMES if remote in cfg]
+    if given:
+        notes.append(f"kimi_k25_vision: {', '.join(given)} (the remote code's names) equal what transformers reads "
+                     f"({', '.join(REMOTE_NAMES[r] for r in given)})")
     merge = cfg["merge_kernel_size"]
     refuse_if(cfg, "merge_kernel_size", len(merge) != 2 or min(merge) < 1, "two positive integers (a block's height "
                                                                           "and width in patches)")
@@ -148,7 +161,9 @@ def kimi_k25_vision(cfg: dict, notes: list[str]) -> dict:
               f"pos_emb_height={cfg['pos_emb_height']} (transformers resamples the table as a square grid of "
               "pos_emb_height a side)")
     D, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-    refuse_if(cfg, "num_attention_heads", D % heads != 0, f"hidden_size={D} is not a multiple of it")
+    refuse_if(cfg, "num_attention_heads", D % heads != 0 or D // heads % 4 != 0,
+              f"hidden_size={D} is not 4 x a multiple of it (heads of hidden_size // num_attention_heads, a multiple "
+              "of 4: the 2-D rotary's frequencies cover each half of a head for rows and columns)")
     for key in ("patch_size", "hidden_size", "pos_emb_height"):
         refuse_if(cfg, key, cfg[key] >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     side = KIMI_IMAGE if KIMI_IMAGE % (p * kh) == 0 else p * kh * max(1, KIMI_IMAGE // (p * kh))
@@ -255,4 +270,5 @@ register(Family("glm4v_vision", mapper=glm4v_vision, components=COMPONENTS, alia
                 hf_trace=kimi_k25_vision_parts,
                 types=dict(patch_size="size|sizes", pos_emb_height="size", pos_emb_width="size",
                            num_attention_heads="size", num_hidden_layers="size", hidden_size="size",
-                           intermediate_size="size", hidden_act="str", merge_kernel_size="integers")))
+                           intermediate_size="size", hidden_act="str", merge_kernel_size="integers",
+                           **{remote: "size" for remote in REMOTE_NAMES})))
