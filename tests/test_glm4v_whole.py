@@ -117,7 +117,8 @@ def test_glm_4_1v_9b_is_10_292_777_472_parameters_as_its_generation_class(tmp_pa
     ("image_size", [8, 8], "vision_config.image_size=[8, 8]"),
     ("patch_size", [2, 2], "vision_config.patch_size=[2, 2]"),
     ("image_size", 1, "vision_config.image_size=1"),
-    ("num_heads", 5, "vision_config.num_heads=5")])
+    ("num_heads", 5, "vision_config.num_heads=5"),
+    ("num_heads", 4, "vision_config.num_heads=4")])  # heads of 6: the 2-D rotary needs a multiple of 4
 def test_bad_vision_configs_are_refused_in_one_line(tmp_path, field, value, says):
     config = _tiny()
     config["vision_config"][field] = value

@@ -60,6 +60,9 @@ def glm4v_vision(cfg: dict, notes: list[str]) -> dict:
     refuse_if(cfg, "image_size", image < p, f"under patch_size={p}: a position table of no row")
     fields = _tower(cfg, "hidden_size", notes, image=image)
     D = cfg["hidden_size"]
+    refuse_if(cfg, "num_heads", D // cfg["num_heads"] % 4 != 0,
+              f"heads of hidden_size // num_heads = {D // cfg['num_heads']}: the 2-D rotary's frequencies cover each "
+              "half of a head for rows and columns (a multiple of 4)")
     fields |= dict(bias=False, qkv_bias=cfg["attention_bias"], mlp_bias=False, mlp="gated", d_ff=cfg["out_hidden_size"],
                    activation=activation_of(cfg, "hidden_act"), norm="rmsnorm", embedding_norm=True)
     fields["kinds"]["patch_embedding"] |= dict(bias=True, position_grid=image // p)
