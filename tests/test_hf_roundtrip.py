@@ -204,6 +204,13 @@ REFUSED = {
     **{(t, "num_kv_shared_layers"): "num_kv_shared_layers" for t in ("gemma4_text", "gemma4")},
     # 512 patches: transformers builds the table, and its forward cannot reshape it to a square grid
     ("siglip2_vision_model", "num_patches"): "num_patches",
+    # Moonshot's remote-code names, which transformers does not read: one that differs from the name it reads is
+    # refused (vt_num_hidden_layers doubled here is 2, the small config's num_hidden_layers: read); a table that is
+    # not square (transformers resamples it as pos_emb_height a side)
+    **{("kimi_k25_vision", k): k for k in ("vt_hidden_size", "vt_num_attention_heads", "vt_intermediate_size",
+                                           "init_pos_emb_height", "init_pos_emb_width", "mm_hidden_size",
+                                           "pos_emb_width")},
+    ("kimi_k25_vision", "pos_emb_height"): "pos_emb_width",
 }
 
 

@@ -147,10 +147,10 @@ def kimi_k25_vision(cfg: dict, notes: list[str]) -> dict:
     biases; fc1, hidden_act, fc2 with biases), final_layernorm. Its tokens are merged by the projector (the
     connector), merge_kernel_size a block."""
     for remote, name in REMOTE_NAMES.items():  # Moonshot's remote code's names: transformers reads the others
-        refuse_if(cfg, remote, remote in cfg and cfg[remote] != cfg[name],
+        refuse_if(cfg, remote, cfg.get(remote) is not None and cfg[remote] != cfg[name],
                   f"the remote code's name, which transformers' Kimi_K25VisionConfig does not read (it builds "
                   f"{name}={cfg[name]}); give {name}")
-    given = [remote for remote in REMOTE_NAMES if remote in cfg]
+    given = [remote for remote in REMOTE_NAMES if cfg.get(remote) is not None]
     if given:
         notes.append(f"kimi_k25_vision: {', '.join(given)} (the remote code's names) equal what transformers reads "
                      f"({', '.join(REMOTE_NAMES[r] for r in given)})")
@@ -274,4 +274,4 @@ register(Family("glm4v_vision", mapper=glm4v_vision, components=COMPONENTS, alia
                 types=dict(patch_size="size|sizes", pos_emb_height="size", pos_emb_width="size",
                            num_attention_heads="size", num_hidden_layers="size", hidden_size="size",
                            intermediate_size="size", hidden_act="str", merge_kernel_size="integers",
-                           **{remote: "size" for remote in REMOTE_NAMES})))
+                           **{remote: "size?" for remote in REMOTE_NAMES})))  # not read by transformers: null too
