@@ -111,6 +111,11 @@ def test_glm_4_1v_9b_is_10_292_777_472_parameters_as_its_generation_class(tmp_pa
                                                                  GLM4_1V_9B)
     # one 336 x 336 image by default: 24 x 24 patches, 144 tokens of the prompt
     assert image_tokens(spec, result.workload) == 144
+    # at full size against the whole class on meta: one 448 x 336 image (32 x 24 patches resampled from the 24 x 24
+    # table, 192 tokens) in a prompt of 400 tokens
+    report = hf_model.compare(write(tmp_path, GLM4_1V_9B), spec, Workload(seq_len=400, images=1, image_size=(448, 336)))
+    assert report.match, [r for r in report.rows if r.match is False]
+    assert not [r for r in report.rows if r.component.startswith("(unmapped)")]
 
 
 @pytest.mark.parametrize("field, value, says", [
