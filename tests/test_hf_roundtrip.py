@@ -220,6 +220,13 @@ REFUSED = {
     ("llama4_vision_model", "intermediate_size"): "intermediate_size",
     ("llama4_vision_model", "projector_input_dim"): "projector_output_dim",
     ("llama4_vision_model", "projector_output_dim"): "projector_output_dim",
+    # Moonshot's remote-code names, which transformers does not read: one that differs from the name it reads is
+    # refused (vt_num_hidden_layers doubled here is 2, the small config's num_hidden_layers: read); a table that is
+    # not square (transformers resamples it as pos_emb_height a side)
+    **{("kimi_k25_vision", k): k for k in ("vt_hidden_size", "vt_num_attention_heads", "vt_intermediate_size",
+                                           "init_pos_emb_height", "init_pos_emb_width", "mm_hidden_size",
+                                           "pos_emb_width")},
+    ("kimi_k25_vision", "pos_emb_height"): "pos_emb_width",
 }
 
 

@@ -206,7 +206,7 @@ def _other_tower_type(raw: dict, family) -> str:
         key = entry[1]
         inner = raw.get(key)
         named = inner.get("model_type") if isinstance(inner, dict) else None
-        if named not in (None, *registry.tower_types(entry), raw.get("model_type")):
+        if named not in (None, "", *registry.tower_types(entry), raw.get("model_type")):  # "": a remote-code save's
             return f"{key}.model_type={show(named)} tower"
     return ""
 
@@ -256,6 +256,9 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
         if inner_type == outer_type:  # an older save's spelling (Qwen2.5-VL's before 4.5x)
             inner_type = accepted[0]
             notes.append(f"{key}.model_type={show(outer_type)} read as {inner_type!r}, as transformers renames it")
+        elif inner.get("model_type") == "":  # a remote-code save's (Kimi K2.5's): the config class's sub-config reads it
+            inner_type = accepted[0]
+            notes.append(f"{key}.model_type='' read as {inner_type!r}, the class {outer_type} builds there")
         elif inner_type not in accepted:
             raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected "
                               f"{' or '.join(map(repr, accepted))}")

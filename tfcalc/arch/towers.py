@@ -136,6 +136,9 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     problems = []
     into = 0
     for c in spec.connectors:
+        if c.norm_before_merge and (not c.widths or c.widths[0] % c.merge):
+            problems.append(f"connectors.{c.name}.norm_before_merge: widths[0] must be merge={c.merge} tokens' "
+                            f"widths, got widths={c.widths}")
         if not c.into_text:
             continue
         tw = tower_workload(spec, c.source, workload)

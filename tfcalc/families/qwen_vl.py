@@ -47,8 +47,9 @@ COMPONENTS = [  # transformers' module names -> tfcalc components (check --hf-co
 ]
 
 
-def _tower(cfg: dict, width: str, notes: list[str]) -> dict:
-    """What the two towers share: the sizes, the patches, the merger, the default image."""
+def _tower(cfg: dict, width: str, notes: list[str], image: int = DEFAULT_IMAGE) -> dict:
+    """What the two towers share: the sizes, the patches, the merger, the default image (`image` pixels a side, else
+    the nearest multiple of patch_size * spatial_merge_size under it)."""
     for key in ("patch_size", "temporal_patch_size"):  # transformers declares a list too: its Conv3d takes none
         refuse_if(cfg, key, isinstance(cfg[key], list), "one integer (PatchEmbed's Conv3d kernel is (T, p, p))")
     for key in ("patch_size", "temporal_patch_size", "spatial_merge_size", width):
@@ -57,7 +58,7 @@ def _tower(cfg: dict, width: str, notes: list[str]) -> dict:
     refuse_if(cfg, "num_heads", D % heads != 0, f"{width}={D} is not a multiple of it (the fused qkv is cut into "
                                                 "num_heads heads of equal width)")
     p, m = cfg["patch_size"], cfg["spatial_merge_size"]
-    side = DEFAULT_IMAGE if DEFAULT_IMAGE % (p * m) == 0 else p * m * max(1, DEFAULT_IMAGE // (p * m))
+    side = image if image % (p * m) == 0 else p * m * max(1, image // (p * m))
     notes.append(f"the config gives no image size: one {side}x{side} image by default ({(side // p) ** 2} patches, "
                  f"{(side // p // m) ** 2} tokens after the merger); --image-size HxW, --images N")
     patches = (side // p) ** 2

@@ -108,9 +108,9 @@ class Family:
     # where each tower sits in transformers' whole class: tower ("text", "vision") -> a regex prefix of its modules'
     # paths (check --hf-config maps them by the tower's own family's table, the vision tower's under "vision/")
     prefixes: Mapping[str, str] | None = None
-    # a class whose forward cannot run on meta (it reads an image grid's values; a whole class or a tower alone):
-    # (the model, the spec, the workload) -> its parts to trace, each (prefix of its modules' paths, the submodule,
-    # its forward's inputs)
+    # a whole class whose forward cannot run on meta (it reads an image grid's values): (the model, the spec, the
+    # workload) -> its parts to trace, each (prefix of its modules' paths, the submodule, its forward's inputs); a
+    # tower's family may give one for its own class (check --tower vision), the prefix "" naming the model itself
     hf_trace: Callable[[Any, ModelSpec, Workload], list[tuple[str, Any, dict[str, Any]]]] | None = None
     wrapper: Wrapper | None = None  # a nested family: how its generation class reads that field (Wrapper() if None)
     # a language model that transformers builds only inside a multimodal config (no generation class of its own: its

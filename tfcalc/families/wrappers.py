@@ -24,7 +24,9 @@ their own), each an existing layout under another name, checked against its mode
 from __future__ import annotations
 
 from ..hf import DECODER_TYPES, decoder_fields, refuse_if
+from .exaone4_5 import EXAONE4_5_WHOLE
 from .glm4 import GLM4_COMPONENTS
+from .glm4v import GLM4V_WHOLE, KIMI_K25_WHOLE
 from .gpt_neox import partial_factor, partial_rotary
 from .idefics3 import idefics3_whole
 from .lfm2_vl import LFM2_VL_WHOLE
@@ -199,7 +201,7 @@ register(
     # read whole: the vision tower (its merger and DeepStack mergers: tfcalc/families/qwen3_vl.py)
     Family("qwen3_vl", nested=("qwen3_vl_text", TEXT), wrapper=Wrapper(tie=False), **QWEN3_VL_WHOLE),
     Family("qwen3_vl_moe", nested=("qwen3_vl_moe_text", TEXT), wrapper=Wrapper(tie=False), **QWEN3_VL_MOE_WHOLE),
-    Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True)),
+    Family("glm4v", nested=("glm4v_text", TEXT), wrapper=Wrapper(tie=False, tie_from_text=True), **GLM4V_WHOLE),
     # Mistral 3 (Mistral Small 3.1/3.2: mistral) and Ministral 3 / Devstral 2 (ministral3)
     Family("mistral3", nested=("mistral", TEXT),
            wrapper=Wrapper(text_types=("ministral3",), absent=MISTRAL3_TEXT, tie=True), **MISTRAL3_WHOLE),
@@ -213,7 +215,8 @@ register(
     Family("llava", nested=("llama", TEXT),
            wrapper=Wrapper(text_types=("mistral", "qwen2"), tie=False, tie_from_text=True),
            **(LLAVA_WHOLE | LLAVA_PIXTRAL)),
-    Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True)),
+    Family("kimi_k25", nested=("deepseek_v3", TEXT), wrapper=Wrapper(renamed={"kimi_k2": "deepseek_v3"}, tie=True),
+           **KIMI_K25_WHOLE),
     # read whole: SigLIP2's NaFlex tower and the pixel-unshuffle projector (tfcalc/families/lfm2_vl.py)
     Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",)),
            **LFM2_VL_WHOLE),
@@ -222,5 +225,5 @@ register(
     Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
     Family("minicpm_ocr", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=True)),
     Family("exaone4_5", nested=("exaone4", TEXT),
-           wrapper=Wrapper(renamed={"exaone4_5_text": "exaone4"}, type_required=True, tie=False)),
+           wrapper=Wrapper(renamed={"exaone4_5_text": "exaone4"}, type_required=True, tie=False), **EXAONE4_5_WHOLE),
 )

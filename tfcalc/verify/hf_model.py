@@ -516,11 +516,13 @@ def trace_parts(parts: list[tuple[str, Any, dict]]) -> tuple[int, dict[str, int]
     model traced part by part on meta: each (prefix of its path, the submodule, its forward's inputs) (a vision tower
     on its patches and grid, the language model on the merged embeddings, the head on its hidden states)."""
     total, own, outside = 0, {}, 0
-    for prefix, module, inputs in parts:
+    for prefix, module, inputs in parts:  # prefix "": the model itself (a tower's own class)
         t, o, rest = trace(module, Workload(seq_len=1), False, inputs=inputs)
         total += t
-        own.update({f"{prefix}.{name}": v for name, v in o.items()})
-        if rest:
+        own.update({f"{prefix}.{name}" if prefix else name: v for name, v in o.items()})
+        if rest and not prefix:
+            outside += rest
+        elif rest:
             own[prefix] = own.get(prefix, 0) + rest  # the part's own work (a head is one module: all of it)
     return total, own, outside
 

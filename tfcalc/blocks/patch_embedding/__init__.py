@@ -13,7 +13,8 @@ bicubic resampling, no matmul, not counted), the parameters unchanged. Dropout i
 Qwen2-VL's and Qwen2.5-VL's vision towers (PatchEmbed: a Conv3d of kernel = stride = (temporal_patch_size, p, p), no
 bias) read each image repeated to temporal_patch_size frames, so a patch is C * T * p * p pixels: [B * patches,
 C*T*p*p] @ [C*T*p*p, D], no bias; no class token, and no position table (positions='rotary': a 2-D rotary over the
-patch grid, no parameters). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
+patch grid, no parameters; GLM-4.1V's tower has a learned table too, `position_grid`^2 rows resampled bicubically to
+each image's grid by grid_sample, not counted, and added). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
 concatenates each block), so an image's sides are multiples of patch_size * merge_size.
 
 Pixtral's tower (PixtralVisionModel: a Conv2d of kernel and stride p without a bias, no class token, no table; a 2-D
@@ -69,6 +70,11 @@ class PatchSizes(BaseModel):
     up_to_image_size: bool = Field(
         False, description="image_size is the largest image it reads, not its one size (Pixtral: the processor "
                            "resizes a larger image down to it): any size up to it, each side a multiple of the patch.")
+    position_grid: Size | None = Field(
+        None, description="GLM-4.1V's vision embeddings: a learned position table of position_grid x position_grid "
+                          "rows (image_size // patch_size a side) beside rotary positions, resampled to each image's "
+                          "patch grid by a bicubic grid_sample (no matmul, not counted) and added. None: the table, "
+                          "if any, is the spec's learned positions (ViT).")
     resized_positions: bool = Field(
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
@@ -138,6 +144,9 @@ class PatchSizes(BaseModel):
         if self.position_table and spec.positions == "learned":
             out.append(f"kinds.patch_embedding.position_table={self.position_table}: a second table beside "
                        "positions='learned' (its table is the model's own); expected 0")
+        if self.position_grid is not None and spec.positions == "learned":
+            out.append(f"kinds.patch_embedding.position_grid={self.position_grid}: a table beside rotary positions "
+                       "(GLM-4.1V's); with positions='learned' the spec's own table is the positions")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.up_to_image_size and min(self.height, self.width) == 0:
@@ -164,6 +173,9 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
         # Qwen3-VL: a table [rows, D] beside the rotary, resampled to each image's grid by gathers (no matmul)
         *([Table(ctx.name("embedding/position"), sizes.position_table, D, "position")]
           if sizes.position_table else []),
+        # GLM-4.1V: a [grid^2, D] table beside rotary positions, resampled to the image's grid (grid_sample: no matmul)
+        *([Table(ctx.name("embedding/position"), sizes.position_grid ** 2, D, "position")]
+          if sizes.position_grid is not None else []),
         # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
         # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
         *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,

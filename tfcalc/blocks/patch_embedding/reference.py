@@ -100,6 +100,9 @@ class PatchEmbedding(nn.Module):
         self.position = Parameter(1, spec.max_positions, D) if spec.positions == "learned" else None
         # Qwen3-VL: a table beside the rotary, resampled to each image's grid
         self.position_table = Parameter(sizes.position_table, D) if sizes.position_table else None
+        self.table_grid = sizes.position_grid  # GLM-4.1V: a table of its own beside rotary positions
+        if self.table_grid is not None:
+            self.position = Parameter(1, self.table_grid ** 2, D)
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
         self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
         self.packed = sizes.packed  # Pixtral: every image's patches one sequence
@@ -125,6 +128,12 @@ class PatchEmbedding(nn.Module):
             x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
         if self.position_resize is not None:  # every forward, at any size (SigLIP2)
             x = x + self.position_resize(self.position.weight, x.shape[0], x.shape[1])
+        elif self.table_grid is not None:  # GLM-4.1V: the g x g table resampled bicubically to the image's grid
+            g, D = self.table_grid, x.shape[-1]
+            grid = self.position.weight.reshape(1, g, g, D).permute(0, 3, 1, 2)
+            grid = F.interpolate(grid, size=(images.shape[-2] // p, images.shape[-1] // p), mode="bicubic",
+                                 align_corners=False)
+            x = x + grid.permute(0, 2, 3, 1).reshape(1, -1, D)
         elif self.position is not None:
             x = x + self.positions(images.shape[-2] // p, images.shape[-1] // p)
         if self.position_table is not None:  # gathers, weights and a sum: no matmul

@@ -14,13 +14,19 @@ Qwen3-VL's DeepStack (`deepstack`: the blocks listed, deepstack_visual_indexes):
 its own reads that block's output, its norm after the concatenation (over D m^2: use_postshuffle_norm), the same MLP;
 its rows are added to the language model's hidden states at the image's tokens after its first blocks (an add, no
 matmul: not counted here).
+
+GLM-4.1V's (`glu`; Glm4vVisionModel's post_layernorm, downsample and Glm4vVisionPatchMerger): the norm (its
+post_layernorm, RMSNorm) over each patch, each m x m block through downsample (a Conv2d of kernel = stride = m: one
+matmul over the blocks, Linear(D m^2, d_out) with a bias), proj Linear(d_out, d_out), a LayerNorm (weight and bias),
+GELU, then a gated MLP without biases: act(gate(x)) * up(x) (d_out -> glu, the tower's activation), down (glu ->
+d_out).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register
+from ...arch.builders import ACTIVATION_FLOPS, GATE_MULTIPLY, BlockKind, Ctx, register
 from ...arch.ops import Elementwise, Matmul, Norm, Op
 from ...sizes import Count, Size
 
@@ -47,6 +53,13 @@ class MergerSizes(BaseModel):
     deepstack: list[Count] = Field([], description="Blocks (0-based) after each of which a merger of its own reads "
                                                    "that block's output, its norm after the concatenation (Qwen3-VL's "
                                                    "deepstack_visual_indexes); [] : none.")
+
+    glu: Size | None = Field(
+        None, description="GLM-4.1V's merger (Glm4vVisionPatchMerger): each concatenated block through `downsample`, "
+                          "Linear(D m^2, d_out) with a bias (its Conv2d of kernel = stride = m), then `proj` "
+                          "Linear(d_out, d_out), a LayerNorm, GELU, and a gated MLP d_out -> glu -> d_out (gate, up: "
+                          "the tower's activation on gate; down), no biases; glu is the vision config's "
+                          "intermediate_size. None: Qwen2-VL's MLP.")
 
     def problems(self, spec) -> list[str]:
         if spec.inputs != "images":
@@ -77,6 +90,21 @@ def patch_merger(ctx: Ctx) -> list[Op]:
     T = ctx.b * (ctx.s - int(patches.class_token))  # every image's patches (a class token dropped first: Llama 4)
     rows = T // m ** 2  # the merged tokens of every image
     gelu = ACTIVATION_FLOPS["gelu"]
+    glu = sizes.glu
+    if glu is not None:  # GLM-4.1V
+        return [
+            Norm("merger/norm", spec.norm, T, D),  # post_layernorm over every patch [T, D]
+            # m x m patches concatenated (the Conv2d's kernel): x [T / m^2, D m^2] @ W: [D m^2, d_out], a bias
+            Matmul("merger/downsample", rows, D * m * m, d_out, bias=True),
+            Matmul("merger/proj", rows, d_out, d_out),  # [T / m^2, d_out] @ [d_out, d_out]
+            Norm("merger/proj_norm", "layernorm", rows, d_out),  # post_projection_norm
+            Elementwise("merger/proj", "activation", rows * d_out, gelu, "gelu"),
+            Matmul("merger/gate", rows, d_out, glu),  # [T / m^2, d_out] @ [d_out, glu]
+            Matmul("merger/up", rows, d_out, glu, shares_input=True),  # the same x as gate's
+            Elementwise("merger/up", "activation", rows * glu, ACTIVATION_FLOPS[spec.activation] + GATE_MULTIPLY,
+                        spec.activation, multiplies=2),  # act(gate) * up keeps both
+            Matmul("merger/down", rows, glu, d_out),  # [T / m^2, glu] @ [glu, d_out]
+        ]
     return [
         *([Norm("merger/norm", spec.norm, T, D)] if sizes.norm else []),  # ln_q over every patch [T, D]
         # m x m patches concatenated: x [T / m^2, D m^2] @ W: [D m^2, F] (F = D m^2 in Qwen2-VL)
@@ -94,5 +122,5 @@ def patch_merger(ctx: Ctx) -> list[Op]:
 
 register(BlockKind("patch_merger", patch_merger, in_block=False, sizes=MergerSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"merger\.(norm|up|down)", r"merger/\1"),
+                   components=((r"merger\.(norm|up|down|downsample|proj|proj_norm|gate)", r"merger/\1"),
                                (r"deepstack\.\d+\.(norm|up|down)", r"deepstack/\1"))))

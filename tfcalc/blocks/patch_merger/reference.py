@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...reference.layers import make_norm
+from ...reference.layers import ACTIVATIONS, LayerNorm, make_norm
 
 
 class PatchMerger(nn.Module):
@@ -23,9 +23,20 @@ class PatchMerger(nn.Module):
         self.first = int(patches.class_token)  # the reference puts the class token first: dropped
         self.after_shuffle = after_shuffle
         self.norm = make_norm(spec, D * self.m ** 2 if after_shuffle else D) if sizes.norm else None
-        self.up = nn.Linear(D * self.m ** 2, sizes.hidden(spec), bias=sizes.bias)
-        self.down = nn.Linear(sizes.hidden(spec), sizes.d_out, bias=sizes.bias)
         self.out_activation = sizes.out_activation
+        self.glu = sizes.glu
+        d_out = sizes.d_out
+        if self.glu is None:
+            self.up = nn.Linear(D * self.m ** 2, sizes.hidden(spec), bias=sizes.bias)
+            self.down = nn.Linear(sizes.hidden(spec), d_out, bias=sizes.bias)
+        else:  # GLM-4.1V: downsample, proj, proj_norm, GELU, then a gated MLP without biases
+            self.downsample = nn.Linear(D * self.m ** 2, d_out)
+            self.proj = nn.Linear(d_out, d_out, bias=False)
+            self.proj_norm = LayerNorm(d_out)
+            self.gate = nn.Linear(d_out, self.glu, bias=False)
+            self.up = nn.Linear(d_out, self.glu, bias=False)
+            self.down = nn.Linear(self.glu, d_out, bias=False)
+            self.act = ACTIVATIONS[spec.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x[:, self.first:]
@@ -34,6 +45,9 @@ class PatchMerger(nn.Module):
         x = x if self.norm is None or self.after_shuffle else self.norm(x)
         x = x.view(B, rows // m, m, cols // m, m, D).transpose(2, 3).reshape(B, N // m ** 2, m * m * D)
         x = self.norm(x) if self.norm is not None and self.after_shuffle else x
+        if self.glu is not None:
+            h = F.gelu(self.proj_norm(self.proj(self.downsample(x))))
+            return self.down(self.act(self.gate(h)) * self.up(h))
         x = self.down(F.gelu(self.up(x)))
         return F.gelu(x) if self.out_activation else x
 

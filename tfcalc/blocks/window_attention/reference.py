@@ -22,7 +22,7 @@ class WindowCore(AttentionCore):
     def forward(self, q, k, v, bias=None, sinks=None):
         B, H, N, d = (int(n) for n in q.shape)
         rows, cols = self.grid
-        grid = [t.view(B, H, rows, cols, d) for t in (q, k, v)]
+        grid = [t.view(B, int(t.shape[1]), rows, cols, d) for t in (q, k, v)]  # k, v: their own (GQA) heads
         out = q.new_empty(B, H, rows, cols, d)
         r0 = 0
         for a, na in pieces(rows, self.side):
@@ -30,7 +30,7 @@ class WindowCore(AttentionCore):
                 c0 = 0
                 for b, nb in pieces(cols, self.side):
                     for _ in range(nb):
-                        qw, kw, vw = (t[:, :, r0:r0 + a, c0:c0 + b].reshape(B, H, a * b, d) for t in grid)
+                        qw, kw, vw = (t[:, :, r0:r0 + a, c0:c0 + b].reshape(B, t.shape[1], a * b, d) for t in grid)
                         out[:, :, r0:r0 + a, c0:c0 + b] = super().forward(qw, kw, vw).view(B, H, a, b, d)
                         c0 += b
                 r0 += a
