@@ -293,9 +293,10 @@ def test_the_cli_checks_a_wrapper_and_refuses_its_own_text_type(tmp_path):
     path = write(tmp_path, wrapper("llava"))
     result = CliRunner().invoke(app, ["check", "--hf-config", str(path), "--seq-len", "8", "--tower", "text"])
     assert result.exit_code == 0 and "transformers: MATCH: all" in result.output, result.output
-    # a wrapper whose vision tower is not modelled yet (kimi_k25's): the whole model refused, never counted short
-    (tmp_path / "kimi_k25").mkdir()
-    whole = CliRunner().invoke(app, ["count", "--hf-config", str(write(tmp_path / "kimi_k25", wrapper("kimi_k25")))])
+    # a wrapper whose vision tower is not modelled yet (minicpmv4_6's): the whole model refused, never counted short
+    (tmp_path / "minicpmv4_6").mkdir()
+    path = write(tmp_path / "minicpmv4_6", wrapper("minicpmv4_6"))
+    whole = CliRunner().invoke(app, ["count", "--hf-config", str(path)])
     assert whole.exit_code == 2 and "--tower all: " in whole.output and "--tower text counts its language model" \
         in whole.output, whole.output
     alone = write(tmp_path, {"model_type": "qwen3_vl_text"})

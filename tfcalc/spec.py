@@ -589,8 +589,8 @@ class ModelSpec(BaseModel):
                                 "with a vision tower, without widths")
             if c.merge_linear and (c.merge == 1 or not c.widths):
                 problems.append(f"connectors: {c.name!r} has merge_linear: give merge > 1 and widths")
-            if c.norm_before_merge and (c.norm == "none" or c.merge == 1 or not c.widths):
-                problems.append(f"connectors: {c.name!r} has norm_before_merge: give a norm, merge > 1 and widths")
+            if c.norm_before_merge and (c.norm == "none" or not c.widths):
+                problems.append(f"connectors: {c.name!r} has norm_before_merge: give a norm and widths")
             elif c.norm_before_merge and not c.merge_linear and c.widths[0] % c.merge:
                 problems.append(f"connectors: {c.name!r} has norm_before_merge: widths[0]={c.widths[0]} is not merge="
                                 f"{c.merge} tokens of the tower's width")
