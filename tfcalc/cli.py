@@ -330,9 +330,12 @@ AudioSecondsOpt = Annotated[Optional[str], typer.Option("--audio-seconds", metav
     "(30 s), each window's tokens, merged by its projector, among the language model's --seq-len."))]
 
 
-def _tokens_only(spec: ModelSpec, command: str, towers: bool = False) -> None:
+def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool = False) -> None:
     """The plans (memory, infer, train, profile) take models of tokens for now: a model of images or of audio is
-    refused by name; a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU)."""
+    refused by name; a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU).
+    `step`: a train step's memory, which takes them all (data parallelism and ZeRO)."""
+    if step:
+        return
     if spec.towers and not towers:
         if command == "memory":
             command = "memory (a train step)"
@@ -870,13 +873,9 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     if memory and (train or (phase is not None and phase is not Phase.train) or context is not None):
         what = "--train" if train else ("--context" if context is not None else f"--phase {phase.value}")
         raise TfcalcError(f"{what}: --memory checks a train step (drop one)")
-    if memory and (image_size is not None or images is not None or audio_seconds is not None):
-        flag = next(f for f, v in (("image-size", image_size), ("images", images), ("audio-seconds", audio_seconds))
-                    if v is not None)
-        raise TfcalcError(f"--{flag}: --memory checks models of tokens for now (drop one)")
     if memory:
         _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer,
-                      recompute, fmt, as_json, tuned, attention, layout_flags)
+                      recompute, fmt, as_json, tuned, attention, layout_flags, (image_size, images, audio_seconds))
         return
     import_torch("tfcalc check")
     from .verify import check
@@ -935,7 +934,8 @@ def check_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
 
 
 def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, precision, optimizer, recompute,
-                  fmt, as_json, tuned=None, attention=None, layout_flags: dict | None = None) -> None:
+                  fmt, as_json, tuned=None, attention=None, layout_flags: dict | None = None,
+                  media: tuple = (None, None, None)) -> None:
     from .plan.training import ATTENTION, OPTIMIZERS, PRECISIONS, RECOMPUTE, Layout
 
     layout_flags = layout_flags or {}
@@ -949,8 +949,14 @@ def _check_memory(preset, spec, overrides, hf_config, src_len, tgt_len, device, 
     layout = Layout(**layout_flags) if layout_flags else None
 
     model_spec, _ = resolve(preset, spec, overrides, hf_config)
-    _tokens_only(model_spec, "check --memory")
-    workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"))
+    if model_spec.towers:  # each tower's reference model is built alone: measured one tower at a time
+        raise TfcalcError(f"tfcalc check --memory: {model_spec.label} has a {' and '.join(model_spec.towers)} tower "
+                          "beside its language model; its train step is measured one tower at a time (--tower text, "
+                          f"--tower {next(iter(model_spec.towers))}): memory --phase train plans the whole model")
+    if model_spec.inputs != "tokens" and layout is not None and layout != Layout():
+        raise TfcalcError(f"tfcalc check --memory: {model_spec.label} is a model of {model_spec.inputs}; its train "
+                          "step is planned and measured on one GPU (drop the layout flags)")
+    workload = workload_for(model_spec, "train", None, src_len, tgt_len, overrides.get("seq_len"), *media)
     precision, optimizer, recompute = precision or "bf16-mixed", optimizer or "adamw", recompute or "none"
     # a parallel layout is measured with eager attention (DTensor has no rule for torch's CPU flash kernel)
     attention = attention or ("eager" if layout is not None and layout != Layout() else "fused")
@@ -1149,7 +1155,8 @@ KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help=(
 def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: SpecOpt = None,
                hf_config: HfOpt = None,
                phase: PhaseOpt = None, context: SweepContextOpt = None, src_len: SweepSrcLenOpt = None,
-               tgt_len: SweepTgtLenOpt = None,
+               tgt_len: SweepTgtLenOpt = None, image_size: ImageSizeOpt = None, images: ImagesOpt = None,
+               audio_seconds: AudioSecondsOpt = None,
                dtype: Annotated[Optional[str], typer.Option("--dtype", show_default=False, help=(
                    "Inference weights: fp32, bf16 (default), fp16, or weight-only fp8, int8, int4."))] = None,
                kv_dtype: KvDtypeOpt = None, quant: QuantOpt = None,
@@ -1291,17 +1298,19 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     def plan(p):
         v = p.values
         ctx, src, tgt = v.get("context", context), v.get("src_len", src_len), v.get("tgt_len", tgt_len)
-        _tokens_only(p.spec, "memory", towers=not training)
+        _tokens_only(p.spec, "memory", towers=not training, step=training)
         if training:
             from .plan.training import Layout, training_memory
 
-            workload = workload_for(p.spec, "train", None, src, tgt, p.overrides.get("seq_len"))
+            workload = workload_for(p.spec, "train", None, src, tgt, p.overrides.get("seq_len"), image_size, images,
+                                    audio_seconds)
             return training_memory(p.spec, workload, precision or "bf16-mixed", optimizer or "adamw",
                                    recompute or "none", Layout(**layout_flags), capacity, name, search=layout_flags,
                                    adapters=tuned, attention=attention or "fused", quant=q)
         from .plan.memory import inference_memory
 
-        workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"))
+        workload = workload_for(p.spec, (phase and phase.value) or "decode", ctx, src, tgt, p.overrides.get("seq_len"),
+                                image_size, images, audio_seconds)
         return inference_memory(p.spec, workload, dtype or "bf16", kv_dtype, capacity, name,
                                 1 if inference_tp is None else inference_tp, q)
 

@@ -161,6 +161,14 @@ def check_layout(spec: ModelSpec, workload: Workload, layout: Layout) -> None:
         problems.append(f"framework={layout.framework!r}: expected one of {', '.join(FRAMEWORKS)}")
     if problems:
         raise TfcalcError("\n".join(problems))
+    if spec.towers or spec.inputs != "tokens":  # planned whole on each GPU: data parallelism and ZeRO only
+        what = (f"has a {' and '.join(spec.towers)} tower beside its language model" if spec.towers
+                else f"is a model of {spec.inputs}")
+        split = [f"{name}={getattr(layout, name)}" for name in ("tp", "pp", "ep", "cp") if getattr(layout, name) > 1]
+        split += ["sp=True"] if layout.sp else []
+        if split:
+            raise TfcalcError(f"{split[0]}: {spec.label} {what}; its train step is planned with data parallelism "
+                              "and ZeRO only for now (the model whole on each GPU)")
     tp = layout.tp
     if any(heads % tp for heads in _head_counts(spec)):
         problems.append(f"tp={tp}: tensor parallelism splits the attention heads; it must divide n_heads="
@@ -871,8 +879,9 @@ def _korthikanti(spec: ModelSpec, workload: Workload, recompute: str, layout: La
     sbh(10 + 24/t + 5as/(ht)), with sequence parallelism sbh/t (34 + 5as/h); selective recomputation drops the
     5as/h term, and so does a fused attention kernel (it keeps no N x N tensor either); full keeps 2sbh (/t with
     sequence parallelism). For the blocks on the stage, with its microbatches in flight. Only for blocks of
-    self-attention and an MLP (no cross-attention; not a block_pattern's blocks of one kind alone)."""
-    if spec.is_encoder_decoder or any(not {"attention", "mlp"} <= {KINDS[name].family for name in layer.kinds}
+    self-attention and an MLP (no cross-attention; not a block_pattern's blocks of one kind alone) in one stack of one
+    width (not a multimodal model's towers)."""
+    if spec.towers or spec.is_encoder_decoder or any(not {"attention", "mlp"} <= {KINDS[name].family for name in layer.kinds}
                                       for stack in stacks(spec) for layer in stack.distinct()):
         return None
     s, b, h, a_heads, t = workload.seq_len // layout.cp, workload.batch_size, spec.d_model, spec.n_heads, layout.tp
@@ -954,7 +963,7 @@ def training_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-
     result = _plan(spec, workload, recipe, precision, optimizer, recompute, layout, capacity_bytes, gpu_name, cache,
                    attention=attention, only=stage)
     if search is not None and capacity_bytes is not None:
-        if adapters is not None:
+        if adapters is not None or spec.towers or spec.inputs != "tokens":  # the model whole on each GPU
             search = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "sp": False, **search}
         result = replace(result, smallest=smallest_layout(spec, workload, precision, optimizer, recompute,
                                                           capacity_bytes, search, adapters, attention, quant))

@@ -129,9 +129,18 @@ def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mix
     n = plan.stage.tensors if measured.cuda_max_allocated is not None else 0
     rounded = "; on CUDA each storage rounded up to 512 B" if n else ""
     states = {"adamw": 3, "sgd": 1}.get(optimizer, 0)
+    grad_note, grad_known = rounded.lstrip("; "), 0
+    if spec.inputs == "images" and plan.workload.batch_size == 1 and spec.sizes("patch_embedding").class_token:
+        # expand's backward at batch 1 hands the class token the gradient of its slice of the embeddings as it is: a
+        # view [1, 1, D] of the [1, N, D] gradient, whose storage its .grad then keeps
+        elements = (plan.workload.seq_len - 1) * spec.d_model
+        grad_known = elements * (plan.gradients // max(plan.stage.params, 1) or 2)
+        grad_note = (f"batch 1: the class token's gradient is a view of the embeddings' [1, {plan.workload.seq_len}, "
+                     f"{spec.d_model}] gradient (expand's backward returns it as it is) and keeps its storage"
+                     + rounded)
     rows = [
         MemoryRow("weights", plan.weights, measured.parameters, 0, rounded.lstrip("; "), 511 * n),
-        MemoryRow("gradients", plan.gradients, measured.gradients, 0, rounded.lstrip("; "), 511 * n),
+        MemoryRow("gradients", plan.gradients, measured.gradients, 0, grad_note, 511 * n, grad_known),
         MemoryRow("optimizer states", plan.optimizer_states, measured.optimizer_states, 0,
                   ("AdamW's step counters included" if optimizer == "adamw" else "") + rounded, 511 * n * states),
         MemoryRow("master weights", plan.master_weights, measured.master_weights, 0, rounded.lstrip("; "),
