@@ -179,6 +179,10 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     p = sizes.patch_size
     if H % sizes.multiple or W % sizes.multiple:
         return [f"image_size={_shown((H, W))}: not a multiple of {spec.label}'s {sizes.covers()}"]
+    if sizes.tiles > 1 and (H, W) != (sizes.height, sizes.width):
+        return [f"image_size={_shown((H, W))}: {spec.label} reads tiles of {_shown((sizes.height, sizes.width))} "
+                f"alone, {sizes.tiles} per image (kinds.patch_embedding.tiles: its processor cuts and pads every image "
+                "into them)"]
     tokens = sizes.tokens(H, W)
     if workload.seq_len != tokens:
         cls = " and the class token" if sizes.class_token else ""
@@ -238,7 +242,7 @@ def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
         workload = workload.model_copy(update={"images": 1})
     # in decode the images were encoded at the prefill; with no image (a prompt of text alone) no tower runs
     decode = workload.phase == "decode" or workload.images == 0
-    text = build(towers.text_tower(spec), workload.model_copy(update={"images": None, "image_size": None}))
+    text = build(towers.text_tower(spec), towers.text_workload(spec, workload))
     groups = [replace(g, tower="text") for g in text.groups]
     for name in spec.towers:
         own = build(spec.towers[name], towers.tower_workload(spec, name, workload))

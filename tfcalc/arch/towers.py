@@ -79,6 +79,33 @@ def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
     return Workload(batch_size=max(images(workload), 1), seq_len=tokens_per_image(spec, H, W), image_size=(H, W))
 
 
+def tokens_out(spec: ModelSpec, name: str, workload: Workload) -> int:
+    """Tokens per image tower `name` puts out: those it runs over less the padding it drops (Mllama's tiles are each
+    padded to a multiple of 8 tokens in the blocks, unpadded after them)."""
+    tw = tower_workload(spec, name, workload)
+    return spec.towers[name].sizes("patch_embedding").kept(*tw.image_size)
+
+
+def cross_tokens(spec: ModelSpec, workload: Workload) -> int | None:
+    """Tokens per sequence the language model's cross-attention attends to: the rows of its connectors that feed it
+    (`Connector.cross_attended`) of the sequence's images (images / batch_size); None when no connector does."""
+    fed = [c for c in spec.connectors if c.cross_attended]
+    if not fed:
+        return None
+    per_sequence = images(workload) // workload.batch_size
+    return sum(per_sequence * connector_rows(spec, c, workload)[1] for c in fed)
+
+
+def text_workload(spec: ModelSpec, workload: Workload) -> Workload:
+    """The text tower's workload: the step's without its images, its cross-attended tokens (src_len) those of the
+    images where a connector feeds cross-attention."""
+    update = {"images": None, "image_size": None}
+    cross = cross_tokens(spec, workload)
+    if cross is not None and workload.src_len is None:
+        update["src_len"] = cross
+    return workload.model_copy(update=update)
+
+
 def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[int, int]:
     """(units, rows per unit) a connector reads: images (texts) and, per image, its pooled vector or its tokens after
     the class token is dropped, `pool` averaged and `merge` concatenated into one."""
@@ -86,7 +113,7 @@ def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[i
         units, tokens = workload.batch_size, workload.seq_len
     else:
         units = images(workload)
-        tokens = tower_workload(spec, c.source, workload).seq_len
+        tokens = tokens_out(spec, c.source, workload)
     if c.pooled:
         return units, 1
     return units, (tokens - int(c.drop_class_token)) // (c.pool * c.merge)
@@ -98,6 +125,8 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     problems = []
     into = 0
     for c in spec.connectors:
+        if c.cross_attended:
+            problems += _cross_problems(spec, c, workload)
         if not c.into_text:
             continue
         tw = tower_workload(spec, c.source, workload)
@@ -116,6 +145,27 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
                         f"batch_size x seq_len = {workload.tokens:,} tokens of {spec.label}'s language model "
                         "(seq_len counts the text and the image tokens)")
     return problems
+
+
+def _cross_problems(spec: ModelSpec, c: Connector, workload: Workload) -> list[str]:
+    """A connector feeding cross-attention: each sequence reads images / batch_size images, of the one size it reads;
+    the cross-attended tokens follow from the images (src_len is not given beside them)."""
+    out = []
+    tw = tower_workload(spec, c.source, workload)
+    if c.image_size is not None and tw.image_size != (c.image_size, c.image_size):
+        out.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {spec.label}'s {c.source} tower reads tiles of "
+                   f"{c.image_size}x{c.image_size} alone (its processor cuts and pads every image into them)")
+    n = images(workload)
+    if n == 0:
+        out.append(f"images=0: {spec.label}'s language model skips its cross-attention blocks on a prompt of text "
+                   "alone (not modelled whole; --tower text counts the language model)")
+    elif n % workload.batch_size:
+        out.append(f"images={n}: {spec.label}'s cross-attention reads each sequence's own images: a multiple of "
+                   f"batch_size={workload.batch_size}")
+    if workload.src_len is not None:
+        out.append(f"src_len={workload.src_len}: {spec.label}'s cross-attention reads its images' tokens; give the "
+                   "images (--images) instead")
+    return out
 
 
 def image_tokens(spec: ModelSpec, workload: Workload) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ..hf import DECODER_TYPES, PATTERN_LIMIT, decoder_fields, refuse_if, shortest_cycle, show
 from .llama import LLAMA_COMPONENTS
+from .mllama_vision import MLLAMA_WHOLE
 from .registry import Family, register
 
 EXTRA_ROWS = 8  # MllamaTextModel.embed_tokens: nn.Embedding(vocab_size + 8, hidden_size)
@@ -108,7 +109,7 @@ register(
                          max_position_embeddings=131_072, tie_word_embeddings=False, cross_attention_layers=None),
            types=DECODER_TYPES | dict(num_key_value_heads="size", cross_attention_layers="integers?",
                                       vision_config="object?")),
-    # the multimodal config: its language model read from text_config, with vision_config for the vision tokens'
-    # number; the vision tower and the multimodal projector are not counted
-    Family("mllama", nested=("mllama_text_model", "text_config")),
+    # the multimodal config read whole: its language model from text_config, the vision tower from vision_config
+    # and the multimodal projector (tfcalc/families/mllama_vision.py)
+    Family("mllama", nested=("mllama_text_model", "text_config"), **MLLAMA_WHOLE),
 )
