@@ -113,8 +113,11 @@ def default_workload(spec: ModelSpec) -> Workload:
     if spec.inputs == "audio":  # the model's window of mel frames, its encoder's positions
         frames = spec.sizes("audio_conv").window
         src_len = frames // 2
-    return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
-                    mel_frames=frames, images=1 if "vision" in spec.towers else None)  # one image at the tower's size
+    work = Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
+                    mel_frames=frames)
+    from .towers import with_images  # one image at the tower's size (one per sequence that cross-attends to it)
+
+    return with_images(spec, work)
 
 
 def validate(spec: ModelSpec, workload: Workload) -> None:
@@ -203,6 +206,7 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
         return [f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower"] \
             if workload.image_size is not None or workload.images is not None else []
     vision = spec.towers["vision"]
+    workload = towers.with_images(spec, workload)
     problems = [p.replace(vision.label, f"{spec.label}'s vision tower", 1)
                 for p in _image_problems(vision, towers.tower_workload(spec, "vision", workload))]
     return problems or towers.connector_problems(spec, workload)
@@ -238,8 +242,7 @@ def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
     work (repeat 0)."""
     from . import towers
 
-    if workload.images is None and "vision" in spec.towers:
-        workload = workload.model_copy(update={"images": 1})
+    workload = towers.with_images(spec, workload)
     # in decode the images were encoded at the prefill; with no image (a prompt of text alone) no tower runs
     decode = workload.phase == "decode" or workload.images == 0
     text = build(towers.text_tower(spec), towers.text_workload(spec, workload))

@@ -70,6 +70,15 @@ def images(workload: Workload) -> int:
     return 1 if workload.images is None else workload.images
 
 
+def with_images(spec: ModelSpec, workload: Workload) -> Workload:
+    """The workload with its images given: one (at the vision tower's size) when it gives none, or one per sequence
+    where the language model cross-attends to its own images (Llama 3.2 Vision)."""
+    if workload.images is not None or "vision" not in spec.towers:
+        return workload
+    per_sequence = any(c.cross_attended for c in spec.connectors)
+    return workload.model_copy(update={"images": workload.batch_size if per_sequence else 1})
+
+
 def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
     """What tower `name` runs on: every image of the step, each its patches (and class token)."""
     if name != "vision":

@@ -135,12 +135,13 @@ def mllama_parts(model, spec, workload) -> list:
     its output."""
     import torch
 
-    from ..arch.towers import cross_tokens
+    from ..arch.towers import cross_tokens, with_images
 
+    workload = with_images(spec, workload)
     vision = spec.towers["vision"]
     sizes = vision.sizes("patch_embedding")
     B, N = workload.batch_size, workload.seq_len
-    media = max(workload.images or 1, 1) // B
+    media = workload.images // B
     meta = dict(device="meta")
     pixels = torch.empty(B, media, sizes.tiles, sizes.channels, sizes.height, sizes.width, **meta)
     ids = torch.ones(B, media, dtype=torch.long, **meta)
