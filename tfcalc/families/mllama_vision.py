@@ -143,14 +143,10 @@ def mllama_parts(model, spec, workload) -> list:
     B, N = workload.batch_size, workload.seq_len
     media = workload.images // B
     meta = dict(device="meta")
-    pixels = torch.empty(B, media, sizes.tiles, sizes.channels, sizes.height, sizes.width, **meta)
-    ids = torch.ones(B, media, dtype=torch.long, **meta)
-    mask = torch.ones(B, media, sizes.tiles, dtype=torch.long, **meta)
     width, D = spec.connectors[0].widths
     tile = sizes.tile_tokens(sizes.height, sizes.width)
     return [
-        ("model.vision_model", model.model.vision_model,
-         {"pixel_values": pixels, "aspect_ratio_ids": ids, "aspect_ratio_mask": mask}),
+        ("model.vision_model", model.model.vision_model, tiled_inputs(sizes, B, media)),
         ("model.multi_modal_projector", model.model.multi_modal_projector,
          {"input": torch.empty(B, media, sizes.tiles, tile, width, **meta)}),
         ("model.language_model", model.model.language_model,
@@ -158,6 +154,23 @@ def mllama_parts(model, spec, workload) -> list:
           "cross_attention_states": torch.empty(B, cross_tokens(spec, workload), D, **meta)}),
         ("lm_head", model.lm_head, {"input": torch.empty(B, N, D, **meta)}),
     ]
+
+
+def tiled_inputs(sizes, batch: int, media: int) -> dict:
+    """MllamaVisionModel's inputs on meta: pixel values [batch, images per sequence, tiles, C, H, W], every tile present
+    (aspect ratio id 1, the mask all ones)."""
+    import torch
+
+    meta = dict(device="meta")
+    return {"pixel_values": torch.empty(batch, media, sizes.tiles, sizes.channels, sizes.height, sizes.width, **meta),
+            "aspect_ratio_ids": torch.ones(batch, media, dtype=torch.long, **meta),
+            "aspect_ratio_mask": torch.ones(batch, media, sizes.tiles, dtype=torch.long, **meta)}
+
+
+def tower_parts(model, spec, workload) -> list:
+    """MllamaVisionModel alone (check --hf-config --tower vision): one trace of its batch_size images, its own work
+    (the mask's bmm) under the empty path."""
+    return [("", model, tiled_inputs(spec.sizes("patch_embedding"), workload.batch_size, 1))]
 
 
 MLLAMA_WHOLE = dict(towers={"vision": ("mllama_vision_model", "vision_config")}, connectors=mllama_projector,
@@ -172,7 +185,7 @@ DEFAULTS = dict(hidden_size=1280, hidden_act="gelu", num_hidden_layers=32, num_g
                 max_num_tiles=4, intermediate_layers_indices=None, supported_aspect_ratios=None)
 
 register(
-    Family("mllama_vision_model", mapper=mllama_vision, components=COMPONENTS, defaults=DEFAULTS,
+    Family("mllama_vision_model", mapper=mllama_vision, components=COMPONENTS, defaults=DEFAULTS, hf_trace=tower_parts,
            aliases=dict(num_attention_heads="attention_heads"),  # MllamaVisionConfig's attribute_map
            types=dict(hidden_size="size", hidden_act="str", num_hidden_layers="size", num_global_layers="count",
                       attention_heads="size", num_channels="size", intermediate_size="size", vision_output_dim="size",

@@ -517,7 +517,7 @@ def trace_parts(parts: list[tuple[str, Any, dict]]) -> tuple[int, dict[str, int]
     for prefix, module, inputs in parts:
         t, o, rest = trace(module, Workload(seq_len=1), False, inputs=inputs)
         total += t
-        own.update({f"{prefix}.{name}": v for name, v in o.items()})
+        own.update({f"{prefix}.{name}" if prefix else name: v for name, v in o.items()})  # "": the model itself
         if rest:
             own[prefix] = own.get(prefix, 0) + rest  # the part's own work (a head is one module: all of it)
     return total, own, outside
@@ -686,8 +686,12 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
         notes.append("MoE on meta: transformers' eager experts route with nonzero (no meta kernel); their forward "
                      f"is replaced in {routed} blocks by a round robin over the same weights (slot t*k+j to expert "
                      "(t*k+j) mod E): every token through k experts, as with any routing")
-    total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
-                                   patches=patches, cross=None if cross is None else (cross, spec.d_model))
+    own_trace = registry.family(model_type).hf_trace if wrapper is None else None
+    if own_trace is not None:  # a class whose forward takes other inputs than an image batch (Mllama's tiles)
+        total, own, outside = _guarded(path, trace_parts, own_trace(model, spec, work))
+    else:
+        total, own, outside = _guarded(path, trace, model, work, spec.is_encoder_decoder, images, mel_bins,
+                                       patches=patches, cross=None if cross is None else (cross, spec.d_model))
     params = parameters(model)
     by_module: Counter[str] = Counter()
     for name, n in params.items():  # by module; a parameter a rule names itself (gpt-oss's self_attn.sinks): by name
