@@ -1,7 +1,8 @@
 """Tanh gates on a block's attention and MLP outputs (`layer_gates`; Llama 3.2 Vision's global encoder layers,
 MllamaVisionEncoderLayer with is_gated: gate_attn and gate_ffn): x + tanh(g_a) * attn(norm(x)), then
 x + tanh(g_m) * mlp(norm(x)). Two scalar parameters [1] and their multiplies over [T, D] each (no matmul), named in a
-block_pattern after the sublayers they scale ("attention+mlp+layer_gates").
+block_pattern after the sublayers they scale ("attention+mlp+layer_gates"); the attention and MLP references apply
+them.
 """
 
 from __future__ import annotations
