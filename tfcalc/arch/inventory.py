@@ -113,11 +113,11 @@ def default_workload(spec: ModelSpec) -> Workload:
     if spec.inputs == "audio":  # the model's window of mel frames, its encoder's positions
         frames = spec.sizes("audio_conv").window
         src_len = frames // 2
+    from .towers import with_images
+
     work = Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
                     mel_frames=frames)
-    from .towers import with_images  # one image at the tower's size (one per sequence that cross-attends to it)
-
-    return with_images(spec, work)
+    return with_images(spec, work)  # one image at the tower's size (one per sequence that cross-attends to it)
 
 
 def validate(spec: ModelSpec, workload: Workload) -> None:

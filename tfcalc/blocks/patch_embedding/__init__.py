@@ -173,6 +173,6 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
 
 register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"embedding\.(patch|class_token|position|position_resize|norm|tile_position|pre_tile|"
-                                r"tile_mask)", r"embedding/\1"),
+                   components=(((r"embedding\.(patch|class_token|position|position_resize|norm|tile_position|"
+                                 r"pre_tile|tile_mask)"), r"embedding/\1"),
                                (r"embedding\.(position|pre_tile)_gate", r"embedding/\1"))))
