@@ -72,6 +72,9 @@ def test_the_vision_tower_alone_equals_its_class(tmp_path):
     assert count(tower).params.total == meta_params(transformers.MllamaVisionModel, vision())
     report = hf_model.compare(path, tower, Workload(batch_size=2, seq_len=96))
     assert report.match, [r for r in report.rows if r.match is False]
+    # -L: no one config field holds the tower's 4 local + 2 global blocks; said, and the config's own compared
+    cut = hf_model.compare(path, tower.replace(n_layers=5), Workload(batch_size=2, seq_len=96))
+    assert cut.match and any("n_layers=5; both sides count the config's own n_layers=6" in n for n in cut.notes)
 
 
 @pytest.mark.parametrize("changes, message", [

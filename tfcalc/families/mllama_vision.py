@@ -187,6 +187,7 @@ DEFAULTS = dict(hidden_size=1280, hidden_act="gelu", num_hidden_layers=32, num_g
 register(
     Family("mllama_vision_model", mapper=mllama_vision, components=COMPONENTS, defaults=DEFAULTS, hf_trace=tower_parts,
            aliases=dict(num_attention_heads="attention_heads"),  # MllamaVisionConfig's attribute_map
+           layer_keys={},  # n_layers is num_hidden_layers + num_global_layers: -L is not written into the config
            types=dict(hidden_size="size", hidden_act="str", num_hidden_layers="size", num_global_layers="count",
                       attention_heads="size", num_channels="size", intermediate_size="size", vision_output_dim="size",
                       image_size="size|sizes", patch_size="size|sizes", max_num_tiles="size",
