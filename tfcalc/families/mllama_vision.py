@@ -92,9 +92,10 @@ def mllama_vision(cfg: dict, notes: list[str]) -> dict:
     refuse_if(cfg, "intermediate_layers_indices", any(not -L <= i < L for i in listed),
               f"an index outside the num_hidden_layers={L} local blocks (transformers indexes their outputs)")
     width = output_width(cfg)
-    refuse_if(cfg, "vision_output_dim", cfg["vision_output_dim"] != width,
-              f"the tower puts out hidden_size * (1 + len(intermediate_layers_indices)) = {width:,} channels, which "
-              "the multi_modal_projector reads (transformers' forward fails on another width)")
+    if cfg["vision_output_dim"] != width:  # (refused in a whole config: mllama_projector)
+        notes.append(f"vision_config: vision_output_dim={cfg['vision_output_dim']:,} is the projector's input, not "
+                     f"read by the tower, which puts out hidden_size * (1 + len(intermediate_layers_indices)) = "
+                     f"{width:,} channels")
     per_tile = (side // p) ** 2 + 1
     padded = -(-per_tile // PAD_TO) * PAD_TO
     tokens = T * padded
@@ -116,10 +117,16 @@ def mllama_vision(cfg: dict, notes: list[str]) -> dict:
 def mllama_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
     """multi_modal_projector: Linear(vision_output_dim, text hidden_size) with a bias over every output token of each
     image (its tiles' patches and class tokens, unpadded), feeding the cross-attention blocks' keys and values."""
+    from ..hf import Unmodelled
+
     vision = towers["vision"]
     sizes = vision["kinds"]["patch_embedding"]
-    given = cfg.get("vision_config") or {}
-    width = given.get("vision_output_dim", DEFAULTS["vision_output_dim"])  # checked against the tower's output
+    given = {**DEFAULTS, **(cfg.get("vision_config") or {})}  # (its fields' kinds checked by the tower's family)
+    width, out = given["vision_output_dim"], output_width(given)
+    if width != out:
+        raise Unmodelled(f"vision_config.vision_output_dim={width} is not modelled: the tower puts out hidden_size * "
+                         f"(1 + len(intermediate_layers_indices)) = {out:,} channels, which the multi_modal_projector "
+                         "reads (transformers' forward fails on another width)")
     per_tile = (sizes["image_size"] // sizes["patch_size"]) ** 2 + 1
     notes.append(f"multi_modal_projector: {width:,} -> {towers['text']['d_model']:,} over each image's "
                  f"{sizes['tiles'] * per_tile:,} vision tokens, the cross-attention blocks' keys and values (each "
