@@ -138,7 +138,7 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_hf_falcon_h1", "FALCON_H1_7B", "falcon-h1-7b"),
                ("test_hf_jamba", "JAMBA_15_MINI", "jamba-1.5-mini"),
                ("test_hf_lfm2", "LFM2_1_2B", "lfm2-1.2b"),
-               ("test_hf_mllama", "LLAMA_32_11B_VISION_TEXT", "llama3.2-11b-vision"),
+               ("test_mllama_whole", "PUBLISHED", "llama3.2-11b-vision"),
                ("test_hf_nemotron_h", "NEMOTRON_H_8B", "nemotron-h-8b"),
                ("test_hf_nemotron_h", "NEMOTRON_3_NANO", "nemotron-3-nano"),
                ("test_hf_qwen3_next", "QWEN3_NEXT_80B_A3B", "qwen3-next-80b-a3b"),

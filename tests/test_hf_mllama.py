@@ -16,6 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tfcalc import TfcalcError, Workload, count, load_preset
 from tfcalc.counts import folds
 from tfcalc.arch import build
+from tfcalc.arch.towers import select
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import check, hf_model
 
@@ -136,16 +137,17 @@ def test_a_multimodal_config_counts_its_language_model_with_its_vision_tokens(tm
     config = {"model_type": "mllama", "text_config": text | {"tie_word_embeddings": True},
               "vision_config": vision_config, "tie_word_embeddings": True}
     read = read_hf_config(write(tmp_path, config))
+    # read whole (tests/test_mllama_whole.py); its language model alone is --tower text
+    text = select(read.spec, "text")
     # 2 tiles of (56 / 14)^2 + 1 = 17 tokens
-    assert read.spec.sizes("cross_attention").keys == 2 * 17
-    assert "vision tower" in read.source or "other towers" in read.source
+    assert text.sizes("cross_attention").keys == 2 * 17
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")
         full = transformers.MllamaForConditionalGeneration(hf_config(config))
     language = sum(p.numel() for name, p in full.named_parameters()
                    if not name.startswith(("model.vision_model.", "model.multi_modal_projector.")))
-    assert count(read.spec).params.total == language
-    report = hf_model.compare(tmp_path / "config.json", read.spec, Workload(seq_len=8))
+    assert count(text).params.total == language
+    report = hf_model.compare(tmp_path / "config.json", text, Workload(seq_len=8))
     assert report.match and report.workload.src_len == 34
 
 
@@ -175,11 +177,11 @@ LLAMA_32_11B_VISION_TEXT = {"model_type": "mllama_text_model", "vocab_size": 128
 
 
 def test_the_preset_is_the_published_language_model(tmp_path):
-    spec = load_preset("llama3.2-11b-vision")
+    spec = select(load_preset("llama3.2-11b-vision"), "text")  # (read whole: tests/test_mllama_whole.py)
     assert count(spec).params.total == meta_params(LLAMA_32_11B_VISION_TEXT) == 9_775_192_080
     read = read_hf_config(write(tmp_path, LLAMA_32_11B_VISION_TEXT | {
         "vision_config": {"image_size": 560, "patch_size": 14, "max_num_tiles": 4}})).spec
-    assert read.replace(name=spec.name, seq_len=spec.seq_len) == spec
+    assert read.replace(name=spec.name, seq_len=spec.seq_len) == spec.replace(name=spec.name)
     # one image: 4 tiles of (560 / 14)^2 + 1 = 1601 vision tokens
     assert spec.sizes("cross_attention").keys == 6404
 

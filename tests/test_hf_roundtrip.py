@@ -106,6 +106,8 @@ SMALL_FOR = {
 
     "gpt_neox": dict(head_dim=None),  # GPTNeoXAttention's heads are hidden_size // heads wide
     "falcon": dict(num_kv_heads=None),
+    # outputs of the 2 local blocks; aspect ratios of its own (with the default ones max_num_tiles must be 4)
+    "mllama_vision_model": dict(intermediate_layers_indices=[0, 1], supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]]),
     # the multimodal rotary's sections (mrope_section) fill half of a 16-channel head
     **{t: dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
        for t in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text")},
@@ -299,6 +301,8 @@ NULLS_REFUSED = {
     "gemma4_text": {"global_head_dim": "kind"}, "gemma4": {"global_head_dim": "kind"},
     "gpt_neox": {"rotary_pct": "forward"}, "gpt_oss": {"sliding_window": "forward"},
     "granitemoe": {"num_experts_per_tok": "kind"}, "phi": {"partial_rotary_factor": "forward"},
+    # null: MllamaVisionConfig's [3, 7, 15, 23, 30], outputs of blocks a 2-block tower has not
+    "mllama_vision_model": {"intermediate_layers_indices": "forward"},
 }
 
 

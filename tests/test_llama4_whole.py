@@ -132,7 +132,7 @@ def test_vision_tower_alone_is_llama4_vision_model(tmp_path):
 def test_read_json_round_trip_and_text_tower(tmp_path):
     path = write(tmp_path, _tiny())
     spec = read_hf_config(path).spec
-    assert spec.towers["vision"].sizes("patch_embedding").tiles
+    assert spec.towers["vision"].sizes("patch_embedding").fixed_size
     assert type(spec).model_validate(json.loads(spec.model_dump_json())) == spec
     text = runner.invoke(app, ["count", "--hf-config", str(path), "--tower", "text", "--json"])
     assert text.exit_code == 0, text.output

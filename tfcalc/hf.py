@@ -63,6 +63,7 @@ KINDS: dict[str, tuple[TypeAdapter, str, str]] = {
     "integers?": (TypeAdapter(list[StrictInt] | None), "a list of integers or null", ""),
     "integers": (TypeAdapter(list[StrictInt]), "a list of integers", ""),  # Qwen2.5-VL's fullatt_block_indexes
     "strings?": (TypeAdapter(list[StrictStr] | None), "a list of strings or null", ""),
+    "integer lists?": (TypeAdapter(list[list[StrictInt]] | None), "a list of lists of integers or null", ""),
     "object?": (TypeAdapter(dict[str, Any] | None), "an object or null", ""),
     "int|str?": (TypeAdapter(StrictInt | StrictStr | None), "an integer, a string or null", ""),
     "int|str": (TypeAdapter(StrictInt | StrictStr), "an integer or a string", ""),  # Mamba's time_step_rank

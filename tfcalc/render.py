@@ -199,8 +199,9 @@ def describe_workload(w, spec=None) -> str:
         f", encoder output of {w.src_len:,} cached" if w.src_len is not None else "")
     if spec is not None and spec.cross_attends and not spec.is_encoder_decoder:  # Llama 3.2 Vision's vision tokens
         from .arch.builders import cross_keys
+        from .arch.towers import text_workload, with_images
 
-        keys = cross_keys(spec, w)
+        keys = cross_keys(spec, text_workload(spec, with_images(spec, w)) if spec.towers else w)  # (its images')
         src = f", {keys:,} cross-attended tokens" + (" (their keys and values cached)" if w.phase == "decode" else "")
     new = f"{w.seq_len:,} new token{'s' if w.seq_len != 1 else ''}"
     if w.context:
@@ -212,12 +213,12 @@ def describe_workload(w, spec=None) -> str:
                  if has]
         scored = "no LM head" + (f" ({' and '.join(heads)})" if heads else "")
     if spec is not None and spec.towers:  # a multimodal model: its language model's tokens and its images
-        from .arch.towers import image_size, image_tokens
+        from .arch.towers import image_size, image_tokens, with_images
 
         parts = [f"{w.phase}: B={w.batch_size}, {new}{src}"]
         if "vision" in spec.towers:
             H, W = image_size(spec, w)
-            n = 1 if w.images is None else w.images
+            n = with_images(spec, w).images
             into = image_tokens(spec, w, "vision")
             parts.append("no image (a prompt of text alone)" if n == 0 else
                          f"{n:,} image{'s' if n != 1 else ''} of {H}x{W}" + (
@@ -378,8 +379,10 @@ def towers_table(result: CountResult) -> Table:
     own = getattr(result.spec, "towers", {})
     runs = [f"the vision tower's {w.images or 0} image(s)" if t.inputs == "images" else
             f"the {name} tower's {audio_windows(result.spec, w)} window(s) of audio" for name, t in own.items()]
-    caption = ("Each tower counted on its own workload: the language model's tokens (seq_len counts the image tokens "
-               f"among them), {', '.join(runs)}; --tower {'|'.join(['text', *own])} picks one.")
+    tokens = ("its cross-attention blocks read the images' tokens" if any(
+        c.cross_attended for c in result.spec.connectors) else "seq_len counts the image tokens among them")
+    caption = (f"Each tower counted on its own workload: the language model's tokens ({tokens}), {', '.join(runs)}; "
+               f"--tower {'|'.join(['text', *own])} picks one.")
     return Table("Towers", ["tower", "params", "readable", "share", "forward FLOPs", "readable"], rows, caption,
                  right={1, 2, 3, 4, 5}, optional=[1, 4])
 

@@ -54,6 +54,10 @@ class Connector(BaseModel):
     similarity: Size | None = Field(None, description="A dual encoder's logits: every image's embedding against every "
                                                       "text's, [images, similarity] @ [similarity, texts] (no "
                                                       "weights). Not with widths.")
+    cross_attended: bool = Field(False, description="Its outputs are what the language model's cross-attention "
+                                                    "blocks attend to (Llama 3.2 Vision), not tokens of the prompt: "
+                                                    "each sequence's keys are its images' rows (images / batch_size "
+                                                    "images per sequence).")
 
     @property
     def tower_width(self) -> int:
@@ -64,7 +68,7 @@ class Connector(BaseModel):
     def into_text(self) -> bool:
         """Its outputs are tokens of the language model (an image's tokens in the prompt): a connector of a tower's
         every token, with linears or without (a tower whose own output is the prompt's tokens: Qwen2-VL's merger)."""
-        return self.source != "text" and not self.pooled and self.similarity is None
+        return self.source != "text" and not self.pooled and self.similarity is None and not self.cross_attended
 
 
 class ModelSpec(BaseModel):
@@ -636,7 +640,7 @@ class ModelSpec(BaseModel):
             sizes = self.sizes("patch_embedding")
         except ValidationError:
             return  # named by _check_kinds
-        rows = sizes.tokens(sizes.height, sizes.width)
+        rows = sizes.tile_tokens(sizes.height, sizes.width)  # (of one tile: Mllama)
         where = f"inputs='images' (kinds.patch_embedding: {sizes.describe()})"
         if self.positions == "rotary":  # a 2-D rotary over the patch grid (Qwen2-VL): no table, no row to run out of
             pass
@@ -648,11 +652,14 @@ class ModelSpec(BaseModel):
         elif self.max_positions != rows:
             problems.append(f"max_positions={self.max_positions}: {where} has a position table of {rows} rows, "
                             "the patches and the class token; leave max_positions out")
-        if "seq_len" in self.model_fields_set and self.seq_len != rows and sizes.height % sizes.multiple == 0 \
+        tokens = sizes.tokens(sizes.height, sizes.width)  # (Mllama: its tiles, each padded)
+        if "seq_len" in self.model_fields_set and self.seq_len != tokens and sizes.height % sizes.multiple == 0 \
                 and sizes.width % sizes.multiple == 0:
             what = "its patches and the class token" if sizes.class_token else "its patches"
-            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {rows} tokens ({what}): give "
-                            f"seq_len={rows} with that image size, or keep the model's and give the workload's image "
+            if sizes.tiled:
+                what = f"{sizes.tiles} tiles of its patches and the class token, each padded to {sizes.pad_to}"
+            problems.append(f"seq_len={self.seq_len}: {where} runs on one image's {tokens} tokens ({what}): give "
+                            f"seq_len={tokens} with that image size, or keep the model's and give the workload's image "
                             "(--image-size, Workload.image_size)")
         for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
                            ("n_token_types", self.n_token_types),

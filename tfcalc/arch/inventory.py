@@ -117,8 +117,11 @@ def default_workload(spec: ModelSpec) -> Workload:
         frames = 2 * spec.seq_len
     elif "audio" in spec.towers:  # a model with an audio tower: one window (30 s) of audio per sequence
         frames = spec.towers["audio"].sizes("audio_conv").window
-    return Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
-                    mel_frames=frames, images=1 if "vision" in spec.towers else None)  # one image at the tower's size
+    from .towers import with_images
+
+    work = Workload(batch_size=spec.batch_size, seq_len=spec.seq_len, src_len=src_len, image_size=image,
+                    mel_frames=frames)
+    return with_images(spec, work)  # one image at the tower's size (one per sequence that cross-attends to it)
 
 
 def validate(spec: ModelSpec, workload: Workload) -> None:
@@ -193,6 +196,10 @@ def _image_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     if sizes.up_to_image_size and (H > sizes.height or W > sizes.width):
         return [f"image_size={_shown((H, W))}: larger than {spec.label}'s largest image, "
                 f"{_shown((sizes.height, sizes.width))} (its processor resizes a larger one down to it)"]
+    if sizes.tiles > 1 and (H, W) != (sizes.height, sizes.width):
+        return [f"image_size={_shown((H, W))}: {spec.label} reads tiles of {_shown((sizes.height, sizes.width))} "
+                f"alone, {sizes.tiles} per image (kinds.patch_embedding.tiles: its processor cuts and pads every image "
+                "into them)"]
     tokens = sizes.tokens(H, W)
     if sizes.packed:  # every image's patches one sequence (Pixtral): k images, k x tokens
         if workload.batch_size != 1:
@@ -223,6 +230,7 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
             problems.append(f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower")
     else:
         vision = spec.towers["vision"]
+        workload = towers.with_images(spec, workload)
         problems += [p.replace(vision.label, f"{spec.label}'s vision tower", 1)
                      for p in _image_problems(vision, towers.tower_workload(spec, "vision", workload))]
     if "audio" not in spec.towers and workload.mel_frames is not None:
@@ -263,15 +271,13 @@ def _multimodal(spec: ModelSpec, workload: Workload) -> Inventory:
     work (repeat 0)."""
     from . import towers
 
-    if workload.images is None and "vision" in spec.towers:
-        workload = workload.model_copy(update={"images": 1})
+    workload = towers.with_images(spec, workload)
     if workload.mel_frames is None and "audio" in spec.towers:  # one window of audio per sequence
         workload = workload.model_copy(update={"mel_frames": spec.towers["audio"].sizes("audio_conv").window})
     # in decode the images (audio) were encoded at the prefill; with no image (a prompt of text alone) the vision
     # tower does not run
     decode = workload.phase == "decode"
-    text = build(towers.text_tower(spec), workload.model_copy(update={"images": None, "image_size": None,
-                                                                      "mel_frames": None}))
+    text = build(towers.text_tower(spec), towers.text_workload(spec, workload))
     groups = [replace(g, tower="text") for g in text.groups]
     idle_towers = []
     for name in spec.towers:

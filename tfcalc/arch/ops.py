@@ -19,8 +19,8 @@ with the kind, when a spec names it.
 A record's `role` says what it is for, so that no consumer tests a component's name: a matmul's is "" (a plain
 projection), "head", "pooler", "router", "shared_gate" (the shared experts' sigmoid gate), "encoder_kv" (the
 keys and values of cross-attention, read off the encoder's output), "patch" or "features" (a patch embedding's or
-an audio front end's first convolution: it reads the model's input, which needs no gradient) or "conv" (the audio
-front end's second convolution); an attention core's "core"; a norm's "norm";
+an audio front end's first convolution: it reads the model's input, which needs no gradient), "constant" (a product
+of constants, no backward at all: Mllama's tile mask) or "conv" (the audio front end's second convolution); an attention core's "core"; a norm's "norm";
 a table's is its kind; an elementwise op's its kind. `sublayer` is the block kind that made it ("attention", "mlp",
 "moe", "embedding", "head", ...), set when the inventory composes a block.
 """

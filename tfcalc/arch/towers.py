@@ -86,6 +86,15 @@ def units(spec: ModelSpec, name: str, workload: Workload) -> int:
     return images(workload) if spec.towers[name].inputs == "images" else audio_windows(spec, workload)
 
 
+def with_images(spec: ModelSpec, workload: Workload) -> Workload:
+    """The workload with its images given: one (at the vision tower's size) when it gives none, or one per sequence
+    where the language model cross-attends to its own images (Llama 3.2 Vision)."""
+    if workload.images is not None or "vision" not in spec.towers:
+        return workload
+    per_sequence = any(c.cross_attended for c in spec.connectors)
+    return workload.model_copy(update={"images": workload.batch_size if per_sequence else 1})
+
+
 def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
     """What tower `name` runs on: every image of the step, each its patches (and class token), a packed tower's
     (Pixtral's, `kinds.patch_embedding.packed`) one sequence of every image's patches; every window of audio, each
@@ -105,9 +114,12 @@ def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
 
 
 def unit_tokens(spec: ModelSpec, name: str, workload: Workload) -> int:
-    """Each unit's tokens in tower `name`'s output (an image's, a window of audio's): its sequence's, or its share of
-    a packed tower's one sequence."""
-    return tower_workload(spec, name, workload).tokens // max(units(spec, name, workload), 1)
+    """Each unit's tokens in tower `name`'s output (an image's, a window of audio's): its sequence's less the padding
+    it drops after its blocks (Mllama's tiles), or its share of a packed tower's one sequence."""
+    own, tw = spec.towers[name], tower_workload(spec, name, workload)
+    if own.inputs == "images":
+        return own.sizes("patch_embedding").kept(*tw.image_size)
+    return tw.tokens // max(units(spec, name, workload), 1)
 
 
 def _input(tw: Workload) -> str:
@@ -115,6 +127,26 @@ def _input(tw: Workload) -> str:
     if tw.image_size is not None:
         return f"image_size={tw.image_size[0]}x{tw.image_size[1]}"
     return f"mel_frames={tw.mel_frames}"
+
+
+def cross_tokens(spec: ModelSpec, workload: Workload) -> int | None:
+    """Tokens per sequence the language model's cross-attention attends to: the rows of its connectors that feed it
+    (`Connector.cross_attended`) of the sequence's images (images / batch_size); None when no connector does."""
+    fed = [c for c in spec.connectors if c.cross_attended]
+    if not fed:
+        return None
+    per_sequence = images(workload) // workload.batch_size
+    return sum(per_sequence * connector_rows(spec, c, workload)[1] for c in fed)
+
+
+def text_workload(spec: ModelSpec, workload: Workload) -> Workload:
+    """The text tower's workload: the step's without its images, its cross-attended tokens (src_len) those of the
+    images where a connector feeds cross-attention."""
+    update = {"images": None, "image_size": None, "mel_frames": None}
+    cross = cross_tokens(spec, workload)
+    if cross is not None and workload.src_len is None:
+        update["src_len"] = cross
+    return workload.model_copy(update=update)
 
 
 def connector_rows(spec: ModelSpec, c: Connector, workload: Workload) -> tuple[int, int]:
@@ -136,9 +168,8 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     problems = []
     into = 0
     for c in spec.connectors:
-        if c.norm_before_merge and (not c.widths or c.widths[0] % c.merge):
-            problems.append(f"connectors.{c.name}.norm_before_merge: widths[0] must be merge={c.merge} tokens' "
-                            f"widths, got widths={c.widths}")
+        if c.cross_attended:
+            problems += _cross_problems(spec, c, workload)
         if not c.into_text:
             continue
         tw = tower_workload(spec, c.source, workload)
@@ -170,6 +201,27 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
                         f"batch_size x seq_len = {workload.tokens:,} tokens of {spec.label}'s language model "
                         f"(seq_len counts the text and the {nouns} tokens)")
     return problems
+
+
+def _cross_problems(spec: ModelSpec, c: Connector, workload: Workload) -> list[str]:
+    """A connector feeding cross-attention: each sequence reads images / batch_size images, of the one size it reads;
+    the cross-attended tokens follow from the images (src_len is not given beside them)."""
+    out = []
+    tw = tower_workload(spec, c.source, workload)
+    if c.image_size is not None and tw.image_size != (c.image_size, c.image_size):
+        out.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {spec.label}'s {c.source} tower reads tiles of "
+                   f"{c.image_size}x{c.image_size} alone (its processor cuts and pads every image into them)")
+    n = images(workload)
+    if n == 0:
+        out.append(f"images=0: {spec.label}'s language model skips its cross-attention blocks on a prompt of text "
+                   "alone (not modelled whole; --tower text counts the language model)")
+    elif n % workload.batch_size:
+        out.append(f"images={n}: {spec.label}'s cross-attention reads each sequence's own images: a multiple of "
+                   f"batch_size={workload.batch_size}")
+    if workload.src_len is not None:
+        out.append(f"src_len={workload.src_len}: {spec.label}'s cross-attention reads its images' tokens; give the "
+                   "images (--images) instead")
+    return out
 
 
 def image_tokens(spec: ModelSpec, workload: Workload, source: str | None = None) -> int:

@@ -259,7 +259,9 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
     result_params = ParamCounts(p, active, embedding)
     # a patch embedding reads the images, an audio front end's first convolution the mel frames ("features"): the
     # inputs need no gradient, so their backward is the weight gradient alone
-    leaf = sum(n * sum(op.forward().values()) for op, n in inv if op.role in ("patch", "features"))
+    # a matmul of constants (role "constant": Mllama's tile mask) has no backward at all
+    leaf = sum(n * sum(op.forward().values()) * (2 if op.role == "constant" else 1)
+               for op, n in inv if op.role in ("patch", "features", "constant"))
     result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed, leaf)
     published = estimates.published(
         spec, inv.workload,

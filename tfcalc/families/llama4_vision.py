@@ -7,7 +7,7 @@ The tower (Llama4VisionModel), for each tile of image_size x image_size pixels:
   bias: a matmul over the patches (tfcalc's `patch_embedding`, bias false);
 - class_embedding [D], appended AFTER the patches (where it sits changes no count), and positional_embedding_vlm
   [(image_size / patch_size)^2 + 1, D] added as it is: the config's grid alone, never interpolated (so are the 2-D
-  rotary's tables, Llama4VisionRotaryEmbedding, built from image_size: `tiles`);
+  rotary's tables, Llama4VisionRotaryEmbedding, built from image_size: `fixed_size`);
 - layernorm_pre over every token (`embedding_norm`), then num_hidden_layers pre-norm blocks: LayerNorm, q/k/v/o_proj
   with biases (heads hidden_size / num_attention_heads wide, a 2-D rotary on q and k: elementwise, no parameters),
   LayerNorm, fc1 and fc2 with biases around nn.GELU (exact, whatever hidden_act says); layernorm_post over every token
@@ -102,7 +102,7 @@ def llama4_vision(cfg: dict, notes: list[str]) -> dict:
                 causal=False, lm_head=False, inputs="images", positions="learned", embedding_norm=True,
                 final_norm=True, seq_len=patches + 1, context=min(patches + 1, SEQ_LEN_CAP),
                 kinds={"patch_embedding": {"image_size": side, "patch_size": p, "channels": cfg["num_channels"],
-                                           "bias": False, "merge_size": n, "tiles": True},
+                                           "bias": False, "merge_size": n, "fixed_size": True},
                        "patch_merger": {"d_out": cfg["projector_output_dim"],
                                         "d_hidden": cfg["projector_input_dim"], "norm": False, "bias": False,
                                         "out_activation": True}})

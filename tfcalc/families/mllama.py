@@ -1,6 +1,6 @@
 """Llama 3.2 Vision's language model (transformers' MllamaForCausalLM, model_type `mllama_text_model`), read alone or
-from a multimodal `mllama` config's text_config (MllamaForConditionalGeneration: its language model and lm_head; the
-vision tower and the multimodal projector are not counted yet).
+from a multimodal `mllama` config's text_config; the `mllama` config is read whole (MllamaForConditionalGeneration:
+its vision tower and multimodal projector, tfcalc/families/mllama_vision.py).
 
 A llama decoder (pre-norm RMSNorm, grouped-query attention, SwiGLU, rotary) in which the blocks listed in
 cross_attention_layers are gated cross-attention blocks (MllamaCrossAttentionDecoderLayer) with no self-attention:
@@ -10,10 +10,11 @@ with a tanh gate [1] of its own (cross_attn_mlp_gate): tfcalc's `cross_attention
 gated, in a block_pattern. The token table has vocab_size + 8 rows (embedding_rows); the head vocab_size. Every head
 width is hidden_size / num_attention_heads (MllamaTextConfig declares no head_dim).
 
-The cross-attended tokens per sequence (src_len; kinds.cross_attention.keys by default) are what reaches
-cross_attention_states: one image's max_num_tiles tiles of (image_size / patch_size)^2 + 1 tokens each
+Read alone (or --tower text), the cross-attended tokens per sequence (src_len; kinds.cross_attention.keys by default)
+are what reaches cross_attention_states: one image's max_num_tiles tiles of (image_size / patch_size)^2 + 1 tokens each
 (MllamaVisionModel's num_patches, its padding removed), read from the multimodal config's vision_config
-(MllamaVisionConfig's defaults when there is none: 4 * (32^2 + 1) = 4,100). In a prefill the cross-attention blocks
+(MllamaVisionConfig's defaults when there is none: 4 * (32^2 + 1) = 4,100); read whole, the step's images decide them
+(tfcalc.arch.towers.text_workload). In a prefill the cross-attention blocks
 project them to keys and values once and cache them (transformers' cache layers for those blocks hold the vision
 tokens, not the text's); in decode they read the cache.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from ..hf import DECODER_TYPES, PATTERN_LIMIT, decoder_fields, refuse_if, shortest_cycle, show
 from .llama import LLAMA_COMPONENTS
+from .mllama_vision import MLLAMA_WHOLE
 from .registry import Family, register
 
 EXTRA_ROWS = 8  # MllamaTextModel.embed_tokens: nn.Embedding(vocab_size + 8, hidden_size)
@@ -108,7 +110,7 @@ register(
                          max_position_embeddings=131_072, tie_word_embeddings=False, cross_attention_layers=None),
            types=DECODER_TYPES | dict(num_key_value_heads="size", cross_attention_layers="integers?",
                                       vision_config="object?")),
-    # the multimodal config: its language model read from text_config, with vision_config for the vision tokens'
-    # number; the vision tower and the multimodal projector are not counted
-    Family("mllama", nested=("mllama_text_model", "text_config")),
+    # the multimodal config read whole: its language model from text_config, the vision tower from vision_config
+    # and the multimodal projector (tfcalc/families/mllama_vision.py)
+    Family("mllama", nested=("mllama_text_model", "text_config"), **MLLAMA_WHOLE),
 )

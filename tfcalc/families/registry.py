@@ -118,7 +118,8 @@ class Family:
     inner_only: bool | None = None
     like: str | None = None  # the family this one starts from
     # config field -> the ModelSpec field of that stack's block count (check --hf-config writes -L there, or into the
-    # field's alias when the config gives it); DEFAULT_LAYER_KEYS when left out
+    # field's alias when the config gives it); DEFAULT_LAYER_KEYS when left out; {}: no one field holds it (Mllama's
+    # vision tower: local and global blocks), -L is not written into the config (said in a note)
     layer_keys: Mapping[str, str] | None = None
     known: Known | None = None  # documented differences from transformers' class (check --hf-config)
 
@@ -178,7 +179,7 @@ def _resolve(model_type: str, seen: tuple[str, ...]) -> Family:
     wrapper = own.wrapper if own.wrapper is not None or own.nested is None else Wrapper()
     return replace(own, defaults=dict(own.defaults or {}), types=types, aliases=aliases, towers=dict(own.towers or {}),
                    prefixes=dict(own.prefixes or {}),
-                   encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(own.layer_keys or DEFAULT_LAYER_KEYS),
+                   encoder_decoder=bool(own.encoder_decoder), layer_keys=dict(DEFAULT_LAYER_KEYS if own.layer_keys is None else own.layer_keys),
                    wrapper=wrapper, inner_only=bool(own.inner_only))
 
 

@@ -328,6 +328,9 @@ class Transformer(nn.Module):
                 src_len = cross_keys(self.spec, w)  # an input of d_model, zeros (the shapes are what is counted);
                 if w.phase != "decode":  # in decode their keys and values come from the cache
                     memory = inputs[0].new_zeros(w.batch_size, src_len, self.spec.d_model, dtype=self.head_dtype())
+                    # the states come from a tower that trains (the vision tower and its projector): in a train
+                    # step the key/value projection computes their gradient, as the count does
+                    memory.requires_grad_(torch.is_grad_enabled())
             x = self._stack[0](inputs[0], inputs[1] if len(inputs) > 1 else None, context=w.context, keep=keep,
                                memory=memory, src_len=src_len)
         for name in self.outputs:

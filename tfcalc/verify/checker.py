@@ -159,7 +159,7 @@ def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload 
     """A multimodal model: each tower's reference model checked on its own workload (the language model on the
     text tokens, the vision tower on every image), the connectors' linears as torch modules of their own; rows named
     as the whole model's count names them, the train step the sum of the parts'."""
-    from ..arch.towers import text_tower, tower_workload
+    from ..arch.towers import text_tower, text_workload, tower_workload
 
     result = count(spec, workload)
     w = result.workload
@@ -169,9 +169,7 @@ def _check_towers(spec: ModelSpec, device: str, train: bool, workload: Workload 
     if w.images == 0:
         raise TfcalcError(f"images=0: no tower of {spec.label} runs on a prompt of text alone; check its language "
                           "model (--tower text)")
-    parts = [("", check(text_tower(spec), device, train, w.model_copy(update={"images": None, "image_size": None,
-                                                                              "mel_frames": None}),
-                        fold))]
+    parts = [("", check(text_tower(spec), device, train, text_workload(spec, w), fold))]
     parts += [(name, check(spec.towers[name], device, train, tower_workload(spec, name, w), fold))
               for name in spec.towers]
     forward = [FlopRow(f"{name}/{r.component}" if name else r.component, r.analytic, r.flop_counter, r.fvcore_macs)

@@ -220,4 +220,8 @@ def call(block: nn.Module, h: torch.Tensor, env) -> torch.Tensor:
 
 
 def forward(block: nn.Module, x: torch.Tensor, env) -> torch.Tensor:
+    # a block with layer_gates (Mllama's global encoder) scales the output by its tanh gate
+    gate = getattr(getattr(block, "layer_gates", None), "attention", None)
+    if gate is not None:
+        return block.normed("attention", lambda h: gate(call(block, h, env)), x)
     return block.normed("attention", lambda h: call(block, h, env), x)

@@ -36,6 +36,8 @@ def call(block: nn.Module, h: torch.Tensor, env) -> torch.Tensor:
 
 
 def forward(block: nn.Module, x: torch.Tensor, env) -> torch.Tensor:
-    # a gated cross-attention block (Llama 3.2 Vision) scales the MLP's output by its tanh gate
-    gate = getattr(getattr(block, "cross_attention", None), "mlp_gate", None)
+    # a gated cross-attention block (Llama 3.2 Vision) scales the MLP's output by its tanh gate, as a block with
+    # layer_gates does (its vision tower's global encoder)
+    gate = getattr(getattr(block, "cross_attention", None), "mlp_gate", None) or \
+        getattr(getattr(block, "layer_gates", None), "mlp", None)
     return block.normed("mlp", block.mlp if gate is None else (lambda h: gate(block.mlp(h))), x)

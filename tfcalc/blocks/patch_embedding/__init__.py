@@ -28,6 +28,17 @@ Qwen3-VL's and Qwen3.5's vision towers: the same Conv3d with a bias, and beside 
 `position_table` rows (pos_embed, a square grid of positions) resampled to each image's grid in every forward:
 bilinear, each patch the weighted sum of 4 gathered rows (no matmul: FlopCounterMode counts nothing of it), added to
 the patches. Its parameters are [rows, D] at any image size.
+
+Llama 3.2 Vision's tower (MllamaVisionModel) reads each image as `tiles` tiles of image_size (max_num_tiles; its
+processor cuts and pads every image into them): each tile its patches and the class token, the tile's tokens padded
+with zeros to a multiple of `pad_to` (8), and all the tiles of one image one sequence of the blocks (tokens per image
+= tiles * pad(patches + 1)); the padding is dropped after the blocks (`kept`: tiles * (patches + 1) tokens out).
+`tile_tables` > 0 (its max_aspect_ratio_id + 1 rows) adds its gated tables: the position table's gate [1], a tile
+position table [rows, tiles * (patches + 1) * D] (gated_positional_embedding.tile_embedding), a pre-tile table [rows,
+tiles * D] with its gate [1] (pre_tile_positional_embedding), looked up by each image's aspect-ratio id (no matmul);
+and its attention mask, built per image as an outer product [S, 1] @ [1, S] of the padding mask over the S tokens
+(_prepare_aspect_ratio_attention_mask: a bmm FlopCounterMode counts, 2 * S^2 FLOPs per image, `embedding/tile_mask`).
+Its layernorm_pre (`embedding_norm`) runs over the unpadded tokens.
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ class PatchSizes(BaseModel):
     merge_size: Size = Field(1, description="Patches come in merge_size x merge_size blocks that a patch merger "
                                             "concatenates (Qwen2-VL's spatial_merge_size): an image's sides are "
                                             "multiples of patch_size * merge_size. 1: no blocks (ViT).")
-    tiles: bool = Field(False, description="Images are tiles of image_size alone (Llama 4: its processor cuts "
+    fixed_size: bool = Field(False, description="Images are tiles of image_size alone (Llama 4: its processor cuts "
                                            "each image into them; the position table and the 2-D rotary are the "
                                            "config's grid's, added as they are, never interpolated).")
     packed: bool = Field(
@@ -75,6 +86,13 @@ class PatchSizes(BaseModel):
                           "rows (image_size // patch_size a side) beside rotary positions, resampled to each image's "
                           "patch grid by a bicubic grid_sample (no matmul, not counted) and added. None: the table, "
                           "if any, is the spec's learned positions (ViT).")
+    tiles: Size = Field(1, description="Tiles of image_size per image, one sequence of the blocks (Mllama's "
+                                       "max_num_tiles); 1: the image alone (ViT).")
+    pad_to: Size = Field(1, description="Each tile's tokens padded with zeros to a multiple of this before the "
+                                        "blocks, dropped after them (Mllama: 8).")
+    tile_tables: Count = Field(0, description="Rows of Mllama's gated aspect-ratio tables (max_aspect_ratio_id + 1): "
+                                              "a tile position table, a pre-tile table and their gates, and the "
+                                              "tiles' attention mask; 0: none.")
     resized_positions: bool = Field(
         False, description="SigLIP2's NaFlex: the position table (a square grid of patches) resampled to each image's "
                            "patches in every forward by a matmul of interpolation weights, [B * patches, rows] @ "
@@ -110,17 +128,31 @@ class PatchSizes(BaseModel):
         """Patches of an image of height x width pixels (each a multiple of patch_size)."""
         return (height // self.patch_size) * (width // self.patch_size)
 
-    def tokens(self, height: int, width: int) -> int:
-        """The stack's tokens per image: its patches and the class token."""
+    @property
+    def tiled(self) -> bool:
+        """Mllama's layout: tiles, padding or aspect-ratio tables."""
+        return self.tiles > 1 or self.pad_to > 1 or self.tile_tables > 0
+
+    def tile_tokens(self, height: int, width: int) -> int:
+        """One tile's (one image's) patches and the class token, unpadded."""
         return self.patches(height, width) + int(self.class_token)
 
     def refusal(self, height: int, width: int) -> str:
         """Why an image of height x width pixels cannot be read ('' when it can): a tower of tiles reads its own
         size alone."""
-        if self.tiles and (height, width) != (self.height, self.width):
+        if self.fixed_size and (height, width) != (self.height, self.width):
             return (f"reads tiles of {self.height}x{self.width} alone (its processor cuts each image "
                     "into them; --images counts the tiles)")
         return ""
+
+    def tokens(self, height: int, width: int) -> int:
+        """The stack's tokens per image: its patches and the class token (of each tile, padded to pad_to)."""
+        per_tile = self.tile_tokens(height, width)
+        return self.tiles * (-(-per_tile // self.pad_to) * self.pad_to)
+
+    def kept(self, height: int, width: int) -> int:
+        """The tokens per image the stack puts out: its tokens without the padding."""
+        return self.tiles * self.tile_tokens(height, width)
 
     def describe(self) -> str:
         merged = f", merge_size {self.merge_size}" if self.merge_size != 1 else ""
@@ -163,6 +195,21 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
     sizes = spec.sizes("patch_embedding")
     D = spec.d_model
     patches = ctx.s - int(sizes.class_token)  # per image: the workload's tokens less the class token
+    normed = ctx.t
+    tables: list[Op] = []
+    if sizes.tiled:  # Mllama: per image its tiles' patches; layernorm_pre over the unpadded tokens
+        H, W = ctx.workload.image_size or (sizes.height, sizes.width)
+        patches, normed = sizes.tiles * sizes.patches(H, W), ctx.b * sizes.kept(H, W)
+    if sizes.tile_tables:
+        R, T, N = sizes.tile_tables, sizes.tiles, spec.max_positions
+        tables = [
+            Table(ctx.name("embedding/position"), 1, 1, "gate"),  # the position table's gate [1]
+            Table(ctx.name("embedding/tile_position"), R, T * N * D, "position"),  # [rows, tiles * (patches + 1) * D]
+            Table(ctx.name("embedding/pre_tile"), R, T * D, "position"),  # [rows, tiles * D]
+            Table(ctx.name("embedding/pre_tile"), 1, 1, "gate"),  # its gate [1]
+            # the mask over each image's S tokens: m [S, 1] @ m^T [1, S] (a bmm, no weights)
+            Matmul(ctx.name("embedding/tile_mask"), ctx.t, 1, ctx.s, weights=0, role="constant"),
+        ]
     return [
         # images [B, C, H, W] as patches x: [B * patches, C*T*p*p] @ W: [C*T*p*p, D] (the Conv2d's weight [D, C, p, p],
         # a Conv3d's [D, C, T, p, p] over the image repeated to T frames)
@@ -176,16 +223,19 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
         # GLM-4.1V: a [grid^2, D] table beside rotary positions, resampled to the image's grid (grid_sample: no matmul)
         *([Table(ctx.name("embedding/position"), sizes.position_grid ** 2, D, "position")]
           if sizes.position_grid is not None else []),
+        *tables,
         # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
         # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
         *([Matmul(ctx.name("embedding/position_resize"), ctx.b * patches, spec.max_positions, D, weights=0,
                   role="patch")] if sizes.resized_positions else []),
         # CLIP's pre_layrnorm over every token, the class token's too
-        *([Norm(ctx.name("embedding/norm"), spec.norm, ctx.t, D)] if spec.embedding_norm else []),
+        *([Norm(ctx.name("embedding/norm"), spec.norm, normed, D)] if spec.embedding_norm else []),
     ]
 
 
 register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=PatchSizes,
                    reference=f"{__name__}.reference",
-                   components=((r"embedding\.(patch|class_token|position|position_resize|norm)", r"embedding/\1"),
+                   components=(((r"embedding\.(patch|class_token|position|position_resize|norm|tile_position|"
+                                 r"pre_tile|tile_mask)"), r"embedding/\1"),
+                               (r"embedding\.(position|pre_tile)_gate", r"embedding/\1"),
                                (r"embedding\.position_table", "embedding/position"))))

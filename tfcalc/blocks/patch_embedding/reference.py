@@ -83,6 +83,18 @@ def bilinear_taps(side: int, rows: int, cols: int) -> tuple[torch.Tensor, torch.
     return index, weight
 
 
+class TileMask(nn.Module):
+    """Mllama's attention mask over each image's S tokens, built as transformers builds it: the padding mask m [B, S, 1]
+    (a constant: no gradient) times its transpose, [B, S, 1] @ [B, 1, S]. Its first column is added to the stream (all
+    zeros: the reference attends over every token, the pads too, as the eager model computes them), so that a tracer
+    keeps it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = torch.zeros(x.shape[0], x.shape[1], 1, device=x.device, dtype=x.dtype)
+        mask = m @ m.transpose(-1, -2)
+        return x + mask[:, :, :1]
+
+
 class PatchEmbedding(nn.Module):
     """The stack's input from images: `patch` (the convolution), `class_token` [1, 1, D], `position` [1, rows, D]."""
 
@@ -106,6 +118,16 @@ class PatchEmbedding(nn.Module):
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
         self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
         self.packed = sizes.packed  # Pixtral: every image's patches one sequence
+        # Mllama: tiles of each image, padded to pad_to tokens each, and its gated aspect-ratio tables
+        self.tiled, self.tiles, self.pad_to = sizes.tiled, sizes.tiles, sizes.pad_to
+        self.position_gate = self.tile_position = self.pre_tile = self.pre_tile_gate = self.tile_mask = None
+        if sizes.tile_tables:
+            R, T, N = sizes.tile_tables, sizes.tiles, spec.max_positions
+            self.position_gate = Parameter(1)
+            self.tile_position = nn.Embedding(R, T * N * D)
+            self.pre_tile = nn.Embedding(R, T * D)
+            self.pre_tile_gate = Parameter(1)
+            self.tile_mask = TileMask()
 
     def positions(self, height: int, width: int) -> torch.Tensor:
         """The table at this image's grid: as it is, or its patch rows resampled bicubically (the class token's row
@@ -119,7 +141,34 @@ class PatchEmbedding(nn.Module):
         grid = F.interpolate(grid, size=(height, width), mode="bicubic", align_corners=False)
         return torch.cat([table[:, :first], grid.permute(0, 2, 3, 1).reshape(1, -1, D)], dim=1)
 
+    def tiled_forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Mllama (MllamaVisionModel.forward up to its blocks): images [B, tiles, C, H, W] -> [B, tiles * padded
+        tokens, D]. Every image takes aspect-ratio id 0 (any row: a lookup either way)."""
+        B, T = images.shape[:2]
+        x = self.patch(images.flatten(0, 1))  # [B*T, patches, D]
+        D = x.shape[-1]
+        ids = torch.zeros(B, dtype=torch.long, device=images.device)
+        if self.pre_tile is not None:  # gated pre-tile table, one row of T*D per image
+            x = x.view(B, T, -1, D) + self.pre_tile(ids).view(B, T, 1, D) * self.pre_tile_gate.weight.tanh()
+            x = x.flatten(0, 1)
+        if self.class_token is not None:
+            x = torch.cat([self.class_token.weight.expand(x.shape[0], -1, -1), x], dim=1)
+        N = x.shape[1]
+        x = x.view(B, T, N, D)
+        if self.position_gate is not None:  # (1 - tanh g) * table + tanh g * the tile position table
+            gate = self.position_gate.weight.tanh()
+            x = x + (1 - gate) * self.position.weight.view(1, 1, N, D)
+            x = x + gate * self.tile_position(ids).view(B, T, N, D)
+        elif self.position is not None:
+            x = x + self.position.weight.view(1, 1, N, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        x = F.pad(x, (0, 0, 0, -N % self.pad_to)).reshape(B, -1, D)  # each tile padded to pad_to tokens
+        return x if self.tile_mask is None else self.tile_mask(x)
+
     def forward(self, images: torch.Tensor, token_types=None, offset: int = 0, table=None) -> torch.Tensor:
+        if self.tiled:
+            return self.tiled_forward(images)
         p = self.patch.kernel_size[-1]
         x = self.patch(images)
         if self.packed:  # [images, patches, D] -> [1, images * patches, D] (no class token, no table)
@@ -150,11 +199,12 @@ input_module = PatchEmbedding  # the stack's input, as the reference model build
 def example_images(spec: ModelSpec, batch: int, image_size: tuple[int, int] | None, device, generator=None,
                    seq_len: int | None = None):
     """[B, C, H, W] images at `image_size` (default: the model's); a packed tower's (Pixtral's) one sequence of
-    seq_len tokens is seq_len / patches images."""
+    seq_len tokens is seq_len / patches images; [B, tiles, C, H, W] for a tiled tower (Mllama)."""
     sizes = spec.sizes("patch_embedding")
     H, W = image_size or (sizes.height, sizes.width)
     if sizes.packed and seq_len is not None:
         batch *= seq_len // sizes.tokens(H, W)
+    shape = (batch, sizes.tiles, sizes.channels, H, W) if sizes.tiled else (batch, sizes.channels, H, W)
     if str(device) == "meta":
-        return torch.empty(batch, sizes.channels, H, W, device=device)
-    return torch.randn(batch, sizes.channels, H, W, device=device, generator=generator)
+        return torch.empty(*shape, device=device)
+    return torch.randn(*shape, device=device, generator=generator)
