@@ -519,10 +519,8 @@ def trace_parts(parts: list[tuple[str, Any, dict]]) -> tuple[int, dict[str, int]
     for prefix, module, inputs in parts:  # prefix "": the model itself (a tower's own class)
         t, o, rest = trace(module, Workload(seq_len=1), False, inputs=inputs)
         total += t
-        own.update({f"{prefix}.{name}" if prefix else name: v for name, v in o.items()})
-        if rest and not prefix:
-            outside += rest
-        elif rest:
+        own.update({f"{prefix}.{name}" if prefix else name: v for name, v in o.items()})  # "": the model itself
+        if rest:
             own[prefix] = own.get(prefix, 0) + rest  # the part's own work (a head is one module: all of it)
     return total, own, outside
 
