@@ -448,7 +448,11 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, attent
     """The parts of the model on each pipeline stage: the inventory's groups on it (contiguous blocks, split as
     evenly as can be), with what each stack keeps once (on its embedding's stage) and its rotary tables (on every
     stage that holds some of its blocks)."""
-    extras = {(tower, stack.name): _stack_extras(Ctx(own, w, stack), recompute, attention)
+    def named(kept: Kept, tower: str) -> Kept:  # a tower's, named under it as its records are
+        return tuple((f"{tower}/{what}" if tower not in ("", "text") else what, n, size) for what, n, size in kept)
+
+    extras = {(tower, stack.name): tuple(named(k, tower) for k in _stack_extras(Ctx(own, w, stack), recompute,
+                                                                                attention))
               for tower, own, w in _towers(spec, workload) for stack in stacks(own)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
