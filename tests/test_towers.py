@@ -159,11 +159,18 @@ def test_cli_refusals(toml, args, message):
     assert out.exit_code == 2 and message in out.output, out.output
 
 
-@pytest.mark.parametrize("command", [["memory", "--optimizer", "adamw"], ["train", "--tokens", "1e9"],
-                                     ["profile"], ["check", "--memory"]])
+@pytest.mark.parametrize("command", [["train", "--tokens", "1e9"], ["profile"]])
 def test_training_plans_take_one_tower(toml, command):
     out = runner.invoke(app, [*command, "--spec", str(toml)])
     assert out.exit_code == 2 and "--tower text plans the language model" in out.output, out.output
+
+
+def test_a_train_steps_memory_holds_every_tower_and_is_measured_one_at_a_time(toml):
+    out = runner.invoke(app, ["memory", "--optimizer", "adamw", "--spec", str(toml), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["weights_bytes"] == 2 * (GPT2 + VIT_B16_NO_POOLER + PROJECTOR)  # bf16-mixed
+    out = runner.invoke(app, ["check", "--memory", "--spec", str(toml)])
+    assert out.exit_code == 2 and "measured one tower at a time (--tower text, --tower vision)" in out.output
 
 
 def test_inference_plans_hold_every_tower(toml):

@@ -210,7 +210,7 @@ def test_image_workload_on_the_command_line():
     (["count", "-p", "vit-b16", "--seq-len", "100"], "seq_len=100: inputs='images'"),
     (["count", "-p", "vit-b16", "--phase", "decode"], "--phase decode: vit-b16 is a bidirectional encoder of images"),
     (["count", "-p", "vit-b16,vit-l16", "--images", "2"], "--images 2: not with a sweep"),
-    (["memory", "-p", "vit-b16"], "tfcalc memory: vit-b16 is a model of images"),
+    (["memory", "-p", "vit-b16", "--tp", "2"], "tp=2: vit-b16 is a model of images; its train step is planned with data"),
     (["infer", "-p", "vit-b16", "--gpu", "h100"], "tfcalc infer: vit-b16 is a model of images"),
 ])
 def test_bad_image_input_is_one_line_exit_2(args, message):

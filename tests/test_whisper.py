@@ -257,8 +257,10 @@ def test_audio_workload_on_the_command_line():
     (["count", "-p", "whisper-large-v3", "-N", "449"], "seq_len=449 exceeds max_positions=448"),
     (["count", "-p", "whisper-large-v3", "--image-size", "224"], "--image-size 224: whisper-large-v3 reads audio"),
     (["count", "-p", "whisper-large-v3,gpt2", "--audio-seconds", "10"], "--audio-seconds 10: not with a sweep"),
-    (["check", "-p", "whisper-large-v3", "--memory", "--audio-seconds", "10"], "--audio-seconds: --memory checks"),
+    (["check", "-p", "whisper-large-v3", "--memory", "--tp", "2"],
+     "tfcalc check --memory: whisper-large-v3 is a model of audio; its train step is planned and measured on one GPU"),
     (["memory", "-p", "whisper-large-v3"], "tfcalc memory: whisper-large-v3 is a model of audio"),
+    (["memory", "-p", "whisper-large-v3", "--phase", "train", "--pp", "2"], "pp=2: whisper-large-v3 is a model of audio"),
     (["infer", "-p", "whisper-large-v3", "--gpu", "h100"], "tfcalc infer: whisper-large-v3 is a model of audio"),
 ])
 def test_bad_audio_input_is_one_line_exit_2(args, message):

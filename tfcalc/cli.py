@@ -346,8 +346,9 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool
                           "check, inference memory and infer take the whole model)")
     if spec.inputs != "tokens":
         flags = "--image-size and --images" if spec.inputs == "images" else "--audio-seconds"
+        train = " (memory --phase train plans its train step)" if command == "memory" else ""
         raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of {spec.inputs} (inputs='{spec.inputs}'); "
-                          f"{command} plans models of tokens for now (count and check take {flags})")
+                          f"{command} plans models of tokens for now{train} (count and check take {flags})")
 
 
 _TRAINING = "Training (any of these plans a train step: memory per GPU)"
