@@ -9,6 +9,7 @@ import transformers
 from hf_oracle import hf_config, write
 
 from tfcalc import count, find_preset, load_preset
+from tfcalc.arch.towers import select
 from tfcalc.hf import read_hf_config
 
 
@@ -49,7 +50,8 @@ def test_qwen3_5_0_8b_preset_is_transformers_built_from_the_config(tmp_path):
     preset = load_preset("qwen3.5-0.8b")
     assert count(preset).params.total == n_params
     assert f"{n_params:,}" in find_preset("qwen3.5-0.8b").source
-    spec = read_hf_config(write(tmp_path, QWEN3_5_0_8B)).spec
+    # the config is read whole (its vision tower too); the preset is its language model, --tower text
+    spec = select(read_hf_config(write(tmp_path, QWEN3_5_0_8B)).spec, "text")
     assert spec.replace(name=preset.name) == preset
 
 
@@ -89,8 +91,9 @@ def test_qwen3_5_35b_a3b_preset_is_transformers_built_from_the_config(tmp_path):
     # the name's A3B: 8 routed experts and the shared one per token
     assert result.params.active == n_params - 40 * (E - 8) * expert == 3_454_988_928
     assert f"{n_params:,}" in find_preset("qwen3.5-35b-a3b").source
-    spec = read_hf_config(write(tmp_path, {"model_type": "qwen3_5_moe", "text_config": QWEN3_5_35B_A3B_TEXT,
-                                           "tie_word_embeddings": False})).spec
+    # read whole (its class's default vision tower too); the preset is its language model, --tower text
+    spec = select(read_hf_config(write(tmp_path, {"model_type": "qwen3_5_moe", "text_config": QWEN3_5_35B_A3B_TEXT,
+                                                  "tie_word_embeddings": False})).spec, "text")
     assert spec.replace(name=preset.name) == preset
 
 

@@ -280,7 +280,7 @@ class Matmul(Record):
     unbiased: int = 0
     # elements of the input it keeps for its weight's gradient when not m x k: a convolution keeps its input, not its
     # windows (Whisper's conv2 over [B, D, F] at stride 2 reads windows of [B * F/2, 3 D]); 0: m x k
-    input_kept: int = 0
+    input_kept: int = field(default=0, repr=False)
 
     @property
     def biases(self) -> int:
@@ -821,7 +821,7 @@ class Norm(_NoMatmul, Record):
     sublayer: str = ""
     # elements of the storage its input is a view of, when more than rows x width (0: none): a pooled token's norm
     # (CLIP's post_layernorm over x[:, 0]) keeps a view that keeps the whole last hidden state alive
-    input_kept: int = 0
+    input_kept: int = field(default=0, repr=False)
 
     role = "norm"
 

@@ -66,10 +66,8 @@ def _tower3(cfg: dict, notes: list[str]) -> dict:
 
 
 def qwen3_5_vision(cfg: dict, notes: list[str]) -> dict:
-    """Qwen3.5's tower (Qwen3_5VisionModel): Qwen3-VL's without DeepStack."""
-    if cfg["deepstack_visual_indexes"]:
-        notes.append(f"vision_config.deepstack_visual_indexes={cfg['deepstack_visual_indexes']}: not read "
-                     "(Qwen3.5's vision tower has no DeepStack mergers)")
+    """Qwen3.5's tower (Qwen3_5VisionModel): Qwen3-VL's without DeepStack (a deepstack_visual_indexes in its config,
+    which Qwen3_5VisionConfig does not declare, is not read)."""
     return _tower3(cfg, notes)
 
 
@@ -137,16 +135,15 @@ QWEN3_VL_MOE_WHOLE = whole("qwen3_vl_moe_vision")
 QWEN3_5_WHOLE = whole("qwen3_5_vision")
 QWEN3_5_MOE_WHOLE = whole("qwen3_5_moe_vision")
 
-# transformers' Qwen3_5VisionConfig defaults (Qwen3VLVisionConfig's add deepstack_visual_indexes)
+# transformers' Qwen3_5VisionConfig defaults (Qwen3VLVisionConfig's add deepstack_visual_indexes; Qwen3.5's published
+# configs write [] there, a field its class does not declare: not read)
 QWEN3_5_VISION_DEFAULTS = dict(depth=27, hidden_size=1152, hidden_act="gelu_pytorch_tanh", intermediate_size=4304,
                                num_heads=16, in_channels=3, patch_size=16, spatial_merge_size=2,
-                               temporal_patch_size=2, out_hidden_size=3584, num_position_embeddings=2304,
-                               deepstack_visual_indexes=[])  # (published Qwen3.5 configs write [], unread)
+                               temporal_patch_size=2, out_hidden_size=3584, num_position_embeddings=2304)
 QWEN3_VL_VISION_DEFAULTS = QWEN3_5_VISION_DEFAULTS | dict(deepstack_visual_indexes=[8, 16, 24])
 QWEN3_5_VISION_TYPES = dict(depth="size", hidden_size="size", hidden_act="str", intermediate_size="size",
                             num_heads="size", in_channels="size", patch_size="size|sizes", spatial_merge_size="size",
-                            temporal_patch_size="size|sizes", out_hidden_size="size", num_position_embeddings="size",
-                            deepstack_visual_indexes="integers?")  # not read: any list, or null
+                            temporal_patch_size="size|sizes", out_hidden_size="size", num_position_embeddings="size")
 QWEN3_VL_VISION_TYPES = QWEN3_5_VISION_TYPES | dict(deepstack_visual_indexes="integers")
 ALIASES = dict(num_hidden_layers="depth", num_attention_heads="num_heads")  # the config classes' attribute_map
 
