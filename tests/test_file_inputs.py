@@ -471,6 +471,22 @@ BASE["whisper"] = dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_a
                        max_source_positions=16, max_target_positions=32, vocab_size=100, tie_word_embeddings=False)
 BASE["voxtral_encoder"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96,
                                num_mel_bins=8, max_source_positions=16)
+# the multimodal wrappers' towers read whole (each a family of its own), small
+_QWEN3_TOWER = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2, patch_size=2,
+                    spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
+BASE["qwen3_vl_vision"] = BASE["qwen3_vl_moe_vision"] = _QWEN3_TOWER | dict(deepstack_visual_indexes=[0])
+BASE["qwen3_5_vision"] = BASE["qwen3_5_moe_vision"] = _QWEN3_TOWER
+BASE["exaone4_5_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
+                                num_key_value_heads=1, patch_size=2, spatial_merge_size=2, temporal_patch_size=2,
+                                window_size=8, fullatt_block_indexes=[1])
+BASE["glm4v_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
+                            image_size=16, patch_size=2, spatial_merge_size=2, temporal_patch_size=2)
+BASE["idefics3_vision"] = BASE["smolvlm_vision"] = BASE["pixtral"] = _TOWER | dict(image_size=32, patch_size=8)
+BASE["kimi_k25_vision"] = _TOWER | dict(num_attention_heads=2, patch_size=2, pos_emb_height=8, pos_emb_width=8)
+BASE["mllama_vision_model"] = dict(num_hidden_layers=4, num_global_layers=1, hidden_size=32, intermediate_size=64,
+                                   attention_heads=4, image_size=16, patch_size=8, max_num_tiles=2,
+                                   vision_output_dim=96, intermediate_layers_indices=[1, 3],
+                                   supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]])
 BASE = {t: {"model_type": t, "_name_or_path": f"tiny-{t}", **c} for t, c in BASE.items()}
 
 # The JSON types a kind takes (written here apart from tfcalc.hf's pydantic adapters)
@@ -482,6 +498,8 @@ ACCEPTS = {
     "str": lambda v: type(v) is str, "str?": lambda v: v is None or type(v) is str,
     "integers?": lambda v: v is None or type(v) is list and all(type(x) is int for x in v),
     "integers": lambda v: type(v) is list and all(type(x) is int for x in v),
+    "integer lists?": lambda v: v is None or type(v) is list and all(
+        type(x) is list and all(type(y) is int for y in x) for x in v),
     "strings?": lambda v: v is None or type(v) is list and all(type(x) is str for x in v),
     "object?": lambda v: v is None or type(v) is dict,
     "float?": lambda v: v is None or type(v) is float,
@@ -555,6 +573,7 @@ EXPECTED_PHRASE = {"bool": "a boolean (true or false)", "int": "an integer", "nu
                    "count": "an integer", "int?": "an integer or null", "size?": "an integer or null",
                    "str": "a string", "str?": "a string or null", "strings?": "a list of strings or null",
                    "integers?": "a list of integers or null", "integers": "a list of integers",
+                   "integer lists?": "a list of lists of integers or null",
                    "object?": "an object or null",
                    "float?": "a float (50.0, not 50) or null", "float": "a float (0.5, not 1)",
                    "bool?": "a boolean (true or false) or null", "int|str?": "an integer, a string or null",
@@ -720,6 +739,7 @@ OWN_TYPE = {
     "int|str": _sizes | _names,
     "all|vision?": st.sampled_from([None, "all", "vision"]) | _names,
     "size|sizes": _sizes | st.lists(_sizes, max_size=3),
+    "integer lists?": st.none() | st.lists(st.lists(_sizes, max_size=3), max_size=3),
 }
 
 # transformers' own validation is the oracle when tfcalc reads a config, except for fields it does not type
@@ -897,6 +917,11 @@ DIRECT["whisper"] = dict(encoder_layers="n_encoder_layers", decoder_layers="n_la
 DIRECT["voxtral_encoder"] = _TOWER_DIRECT | dict(d_model="d_model", encoder_layers="n_layers",
                                                  encoder_attention_heads="n_heads", encoder_ffn_dim="d_ff")
 TRIED = {"examples": 0, "read": 0, "refused": 0}
+# the wrappers' towers read whole: their fields move the kinds' sizes and the tower's workload together (a patch
+# grid, a merger's width), so none is asserted direct here; their exact counts are held in their own test files
+DIRECT |= {t: {} for t in ("qwen3_vl_vision", "qwen3_vl_moe_vision", "qwen3_5_vision", "qwen3_5_moe_vision",
+                           "exaone4_5_vision", "glm4v_vision", "idefics3_vision", "smolvlm_vision", "pixtral",
+                           "kimi_k25_vision", "mllama_vision_model")}
 
 
 def transformers_accepts(config: dict) -> bool:

@@ -57,6 +57,7 @@ def glm4v_vision(cfg: dict, notes: list[str]) -> dict:
     refuse_if(cfg, "image_size", isinstance(image, list), "one integer (Glm4vVisionEmbeddings' table is "
                                                           "(image_size // patch_size)^2 rows)")
     refuse_if(cfg, "patch_size", isinstance(p, list), "one integer (PatchEmbed's Conv3d kernel is (T, p, p))")
+    refuse_if(cfg, "image_size", image >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     refuse_if(cfg, "image_size", image < p, f"under patch_size={p}: a position table of no row")
     fields = _tower(cfg, "hidden_size", notes, image=image)
     D = cfg["hidden_size"]
@@ -157,6 +158,7 @@ def kimi_k25_vision(cfg: dict, notes: list[str]) -> dict:
     merge = cfg["merge_kernel_size"]
     refuse_if(cfg, "merge_kernel_size", len(merge) != 2 or min(merge) < 1, "two positive integers (a block's height "
                                                                           "and width in patches)")
+    refuse_if(cfg, "merge_kernel_size", max(merge) >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     p, (kh, kw) = cfg["patch_size"], merge
     refuse_if(cfg, "patch_size", isinstance(p, list), "one integer (the patches' Conv2d is square in tfcalc)")
     refuse_if(cfg, "merge_kernel_size", kh != kw, "a square block (tfcalc merges m x m patches)")
@@ -271,7 +273,7 @@ register(Family("glm4v_vision", mapper=glm4v_vision, components=COMPONENTS, alia
                                           intermediate_size="size")),
          Family("kimi_k25_vision", mapper=kimi_k25_vision, components=KIMI_COMPONENTS, defaults=KIMI_DEFAULTS,
                 hf_trace=kimi_k25_vision_parts,
-                types=dict(patch_size="size|sizes", pos_emb_height="size", pos_emb_width="size",
+                types=dict(patch_size="size", pos_emb_height="size", pos_emb_width="size",
                            num_attention_heads="size", num_hidden_layers="size", hidden_size="size",
                            intermediate_size="size", hidden_act="str", merge_kernel_size="integers",
                            **{remote: "size?" for remote in REMOTE_NAMES})))  # not read by transformers: null too

@@ -60,6 +60,7 @@ def pixtral(cfg: dict, notes: list[str]) -> dict:
     if isinstance(size, list):
         refuse_if(cfg, "image_size", len(size) != 2, "expected H or [H, W]")
     H, W = (size, size) if isinstance(size, int) else size
+    refuse_if(cfg, "image_size", max(H, W) >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     refuse_if(cfg, "image_size", min(H, W) < p, f"under patch_size={p}: no patch")
     grid = (H // p) * (W // p)
     notes.append(f"pixtral: images of any size up to image_size={H}x{W}, each side a multiple of patch_size={p} "
