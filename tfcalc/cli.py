@@ -1409,7 +1409,8 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
               context: Annotated[Optional[str], typer.Option("--context", parser=_sizes, metavar="N|LIST", help=(
                   "Prompt tokens per sequence: prefilled, then decoded against (default seq_len)." + _SWEEPS))]
               = None,
-              src_len: SweepSrcLenOpt = None,
+              src_len: SweepSrcLenOpt = None, image_size: ImageSizeOpt = None, images: ImagesOpt = None,
+              audio_seconds: AudioSecondsOpt = None,
               dtype: WeightsDtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None, quant: QuantOpt = None,
               tp: Annotated[Optional[str], typer.Option("--tp", parser=_sizes, metavar="N|LIST", show_default=False,
                                                           help=(
@@ -1451,6 +1452,11 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         raise TfcalcError(f"--output-tokens {output_tokens}: expected a positive number of tokens")
     if output_tokens is not None and (sweeping or plot is not None):
         raise TfcalcError("--output-tokens: one model at one point (a list, a range or --plot is not planned with it)")
+    media = [f"--{flag} {value}" for flag, value in (("image-size", image_size), ("images", images),
+                                                      ("audio-seconds", audio_seconds)) if value is not None]
+    if media and output_tokens is not None:
+        raise TfcalcError(f"{media[0]}: a request's life (--output-tokens) plans the language model's prompt alone "
+                          "for now (the towers' work at the prefill: infer without --output-tokens)")
     if plot is not None and (len(axes) > 1 or (axes and len(presets) > 1)):
         _single_axis(axes, len(presets), "the roofline")
     path = _plot_start(plot)
@@ -1462,8 +1468,14 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         if ctx is not None and ("seq_len" in overrides or "seq_len" in axes) and not s.is_encoder_decoder:
             raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
                               "when --context is not given); give one")
-        return inference_plan(s, card, _default_prompt(s) if ctx is None else ctx, s.batch_size, dtype, kv_dtype,
-                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q)
+        prompt = _default_prompt(s) if ctx is None else ctx
+        given = {}
+        if media:  # checked and read as count reads them
+            w = workload_for(s, "prefill", None, None, None, prompt, image_size, images, audio_seconds)
+            given = {"images": w.images, "image_size": w.image_size, "mel_frames": w.mel_frames}
+        return inference_plan(s, card, prompt, s.batch_size, dtype, kv_dtype,
+                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q,
+                              **given)
 
     fmt = Format.json if as_json else fmt
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept

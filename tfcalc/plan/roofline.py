@@ -178,9 +178,12 @@ def phase_cost(spec: ModelSpec, workload: Workload, gpu: Gpu, dtype: str = "bf16
 
 def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1, dtype: str = "bf16",
                    kv_dtype: str | None = None, src_len: int | None = None, tp: int = 1,
-                   quant=None) -> InferencePlan:
+                   quant=None, images: int | None = None, image_size: tuple[int, int] | None = None,
+                   mel_frames: int | None = None) -> InferencePlan:
     """Prefill of a `context`-token prompt (time to first token) and decode of one token against it, for
-    `batch_size` sequences on one `gpu`, or on each of `tp` tensor-parallel GPUs."""
+    `batch_size` sequences on one `gpu`, or on each of `tp` tensor-parallel GPUs. A multimodal model's prompt holds
+    `images` images of `image_size` (default one at its vision tower's size; their tokens among the context's) and
+    `mel_frames` of audio per sequence (default one window), encoded at the prefill."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise TfcalcError(f"context={context!r}: expected a positive number of tokens")
     check_positive_int("batch_size", batch_size)
@@ -192,8 +195,9 @@ def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1,
         gpu = lookup(gpu)
     elif not isinstance(gpu, Gpu):
         raise TfcalcError(f"gpu={gpu!r}: expected a tfcalc.plan.gpus.Gpu or a GPU's name ('h100', 'mi300x')")
-    prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len)
-    decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len)
+    media = {"images": images, "image_size": image_size, "mel_frames": mel_frames}
+    prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len, **media)
+    decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len, **media)
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     quant = check_quant(dtype, quant) if dtype in DTYPE_BYTES else quant
     return InferencePlan(spec, gpu, dtype, kv, phase_cost(spec, prefill, gpu, dtype, kv, tp, quant),
