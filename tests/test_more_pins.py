@@ -153,3 +153,54 @@ def test_vit_l16_preset_is_its_published_config_as_transformers_builds_it(tmp_pa
     assert count(preset).params.total == meta_params(transformers.ViTForImageClassification, VIT_L16) \
         == 304_326_632
     assert count(preset).flops.forward == _vit_forward(transformers.ViTForImageClassification, VIT_L16)
+
+
+# meta-llama/Llama-4-Maverick-17B-128E-Instruct's config.json as ai-dynamo/aiconfigurator vendors it
+# (aic-core/src/aiconfigurator_core/model_configs/meta-llama--Llama-4-Maverick-17B-128E-Instruct_config.json, commit
+# 64c5ddb), every key but torch_dtype, transformers_version and the text config's rope_scaling (null)
+MAVERICK_WHOLE = {
+    "architectures": ["Llama4ForConditionalGeneration"], "boi_token_index": 200080, "eoi_token_index": 200081,
+    "image_token_index": 200092, "model_type": "llama4",
+    "text_config": {"attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "head_dim": 128,
+                    "hidden_act": "silu", "hidden_size": 5120, "interleave_moe_layer_step": 2,
+                    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 1048576,
+                    "model_type": "llama4_text", "num_attention_heads": 40, "num_experts_per_tok": 1,
+                    "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 128,
+                    "output_router_logits": False, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+                    "router_aux_loss_coef": 0.001, "use_cache": True, "use_qk_norm": False, "vocab_size": 202048},
+    "vision_config": {"attention_dropout": 0.0, "hidden_act": "gelu", "hidden_size": 1408, "image_size": 336,
+                      "initializer_range": 0.02, "intermediate_size": 5632, "model_type": "llama4_vision_model",
+                      "multi_modal_projector_bias": False, "norm_eps": 0.00001, "num_attention_heads": 16,
+                      "num_channels": 3, "num_hidden_layers": 34, "patch_size": 14, "pixel_shuffle_ratio": 0.5,
+                      "projector_dropout": 0.0, "projector_input_dim": 4096, "projector_output_dim": 4096,
+                      "rope_theta": 10000, "vision_feature_layer": -1, "vision_feature_select_strategy": "default",
+                      "vision_output_dim": 4096}}
+
+
+def test_llama4_maverick_is_401_583_781_376_parameters_as_its_generation_class(tmp_path):
+    from tfcalc.arch.towers import image_tokens
+
+    d, f, p = 1408, 5632, 4096
+    # the vision tower (Scout's: tests/test_llama4_whole.py): patches without a bias, class token, 577 positions,
+    # layernorm_pre; 34 blocks of two LayerNorms, q/k/v/o and fc1/fc2 with biases; layernorm_post; the adapter
+    vision = (3 * 14 * 14 * d + d + (24 * 24 + 1) * d + 2 * d
+              + 34 * (2 * 2 * d + 4 * (d * d + d) + d * f + f + f * d + d) + 2 * d + f * p + p * p)
+    projector = p * 5120  # linear_1, no bias
+    language_model = 400_711_848_960  # Llama4ForCausalLM on meta (tests/test_hf_llama4.py; Meta: ~400B)
+    total = language_model + vision + projector
+    assert (vision, total) == (850_960_896, 401_583_781_376)
+    spec = read_hf_config(write(tmp_path, MAVERICK_WHOLE)).spec
+    result = count(spec)
+    assert result.params.total == total == meta_params(transformers.Llama4ForConditionalGeneration, MAVERICK_WHOLE)
+    assert result.towers["vision"]["params"] == vision == meta_params(transformers.Llama4VisionModel,
+                                                                        MAVERICK_WHOLE["vision_config"])
+    assert result.towers["connectors"]["params"] == projector
+    assert count(select(spec, "text")).params.total == language_model
+    assert count(select(spec, "text")).params.active == 17_184_691_200  # Meta: 17B active
+    # the preset is the published config, whole
+    preset = load_preset("llama4-maverick")
+    assert preset.replace(name=None) == spec.replace(name=None, seq_len=preset.seq_len)
+    assert count(preset).params.total == total
+    # one 336 x 336 tile: 576 patches, the class token dropped, 2 x 2 shuffled into 144 tokens of the prompt
+    assert image_tokens(preset, Workload(seq_len=1024, images=1)) == 144
+    assert result.flops.components["multi_modal_projector"] == 2 * 144 * p * 5120
