@@ -204,3 +204,39 @@ def test_llama4_maverick_is_401_583_781_376_parameters_as_its_generation_class(t
     # one 336 x 336 tile: 576 patches, the class token dropped, 2 x 2 shuffled into 144 tokens of the prompt
     assert image_tokens(preset, Workload(seq_len=1024, images=1)) == 144
     assert result.flops.components["multi_modal_projector"] == 2 * 144 * p * 5120
+
+
+# Pixtral 12B as LLaVA with a Pixtral tower (mistral-community/pixtral-12b: LlavaForConditionalGeneration). Its hub
+# config.json was not found verbatim in the stored repositories; its text_config and vision_config are read from
+# transformers' own tests/models/llava/test_configuration_llava.py (huggingface/transformers, test_pixtral_reload: the
+# Pixtral 12B shapes, a Mistral NeMo language model and a vision tower of PixtralVisionConfig's defaults with silu), the
+# outer keys LlavaConfig's defaults (multimodal_projector_bias true: Pixtral 12B's projector has biases) but for the
+# feature layer and strategy, which change no parameter ("full": every patch, as Pixtral takes them)
+PIXTRAL_12B = {
+    "model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 10,
+    "vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+    "vision_config": {"model_type": "pixtral", "head_dim": 64, "hidden_act": "silu", "image_size": 1024,
+                      "patch_size": 16, "rope_theta": 10000.0},
+    "text_config": {"model_type": "mistral", "hidden_size": 5120, "head_dim": 128, "num_attention_heads": 32,
+                    "intermediate_size": 14336, "max_position_embeddings": 1024000, "num_hidden_layers": 40,
+                    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000000.0,
+                    "sliding_window": None, "vocab_size": 131072}}
+
+
+def test_pixtral_12b_whole_equals_llava_for_conditional_generation(tmp_path):
+    # a block: two norms, q 5120 -> 32 x 128, k and v 5120 -> 8 x 128, o, SwiGLU 14336; the token table and an
+    # untied head of 131,072 rows, the final norm
+    text = 40 * (2 * 5120 + 2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 14336) + 2 * 131072 * 5120 + 5120
+    # patch_conv 3 x 16 x 16 -> 1024 (no bias), ln_pre; 24 blocks of two RMSNorms, q k v o 1024 x 1024, gate up down
+    # 1024 x 4096 (PixtralVisionConfig's defaults): Mistral's "400M parameter vision encoder"
+    vision = 3 * 16 * 16 * 1024 + 1024 + 24 * (2 * 1024 + 4 * 1024 * 1024 + 3 * 1024 * 4096)
+    projector = 1024 * 5120 + 5120 + 5120 * 5120 + 5120  # linear_1, linear_2, with biases
+    assert (text, vision, projector) == (12_247_782_400, 403_489_792, 31_467_520)
+    spec = read_hf_config(write(tmp_path, PIXTRAL_12B)).spec
+    result = count(spec)
+    assert [result.towers[t]["params"] for t in ("text", "vision", "connectors")] == [text, vision, projector]
+    assert result.params.total == text + vision + projector == 12_682_739_712 == meta_params(
+        transformers.LlavaForConditionalGeneration, PIXTRAL_12B)
+    assert meta_params(transformers.PixtralVisionModel, PIXTRAL_12B["vision_config"]) == vision
+    assert count(select(spec, "text")).params.total == text == meta_params(transformers.MistralForCausalLM,
+                                                                            PIXTRAL_12B["text_config"])
