@@ -148,9 +148,12 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_hf_hybrid_presets", "GRANITE_4_0_H_TINY", "granite4-h-tiny"),
                ("test_quant", "GPT_OSS_120B", "gpt-oss-120b"),
                ("test_llama4_whole", "SCOUT_WHOLE", "llama4-scout"),
-               ("test_hf_llama4", "MAVERICK", "llama4-maverick"),
+               ("test_more_pins", "MAVERICK_WHOLE", "llama4-maverick"),
                ("test_whisper", "WHISPER_LARGE_V3", "whisper-large-v3"),
-               ("test_towers_whole", "CLIP_L14", "clip-vit-l14"))
+               ("test_towers_whole", "CLIP_L14", "clip-vit-l14"),
+               ("test_more_pins", "SO400M", "siglip-so400m"),
+               ("test_more_pins", "VIT_B16", "vit-b16"),
+               ("test_more_pins", "VIT_L16", "vit-l16"))
     if quick:
         return out
     for module, attr, preset in singles:

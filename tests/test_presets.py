@@ -25,7 +25,7 @@ EXPECTED = {
     "jamba-1.5-mini", "qwen3.5-0.8b", "qwen3.5-35b-a3b", "granite4-h-small", "granite4-h-tiny", "falcon-h1-7b",
     "nemotron-3-nano", "llama4-scout", "llama4-maverick", "clip-vit-l14", "llama3.2-11b-vision", "qwen2.5-vl-7b",
     "mistral-small-3.1-24b", "voxtral-mini-3b",
-    "qwen3-vl-8b",
+    "qwen3-vl-8b", "siglip-so400m",
 }
 
 

@@ -55,8 +55,23 @@ TEXT_COMPONENTS = [
 ]
 
 
+def covered(cfg: dict, notes: list[str]) -> dict:
+    """An image_size that is not a multiple of patch_size (SigLIP so400m-patch14-384: 384 with patches of 14) read as
+    the pixels the Conv2d (padding 'valid') covers: SiglipVisionEmbeddings builds (image_size // patch_size) ** 2
+    patches and position rows, and an image of image_size pixels gives exactly those patches."""
+    side, p = cfg["image_size"], cfg["patch_size"]
+    if isinstance(side, int) and isinstance(p, int) and 0 < p <= side and side % p:
+        n = side // p
+        notes.append(f"{cfg.get('model_type', 'siglip_vision_model')}: image_size={side} is not a multiple of "
+                     f"patch_size={p}: its Conv2d reads {n}x{n} patches, {n * p}x{n * p} pixels (the last {side % p} "
+                     f"of each side dropped); read as images of {n * p}x{n * p}")
+        return {**cfg, "image_size": n * p}
+    return cfg
+
+
 def siglip_vision(cfg: dict, notes: list[str]) -> dict:
     architecture(cfg, ("SiglipVisionModel",))
+    cfg = covered(cfg, notes)
     side, p = grid(cfg)
     fields = dict(encoder(cfg), causal=False, inputs="images", attention_pool=cfg["vision_use_head"],
                   kinds={"patch_embedding": {"image_size": side, "patch_size": p, "channels": cfg["num_channels"],
