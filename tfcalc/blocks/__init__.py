@@ -30,5 +30,5 @@ from ..arch.builders import register_lazily
 # the sequence mixers of hybrid models and the input of a model of images: each module registers its kind when a
 # spec first names it
 for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "attention_pool",
-              "audio_conv", "window_attention", "patch_merger", "tile_position", "layer_gates"):
+              "audio_conv", "window_attention", "patch_merger", "patch_pooler", "tile_position", "layer_gates"):
     register_lazily(_name, f"{__name__}.{_name}")
