@@ -92,6 +92,15 @@ def test_whole_gemma4_equals_its_generation_class(tmp_path, text, vision):
     assert check(spec, workload=workload, train=True).match
 
 
+def test_the_vision_tower_alone_equals_its_own_class(tmp_path):
+    # check --hf-config --tower vision: Gemma4VisionModel built from vision_config, traced part by part on meta
+    path = write(tmp_path, config())
+    out = runner.invoke(app, ["check", "--hf-config", str(path), "--tower", "vision", "--images", "2",
+                              "--image-size", "16x24"])
+    assert out.exit_code == 0 and "Gemma4VisionModel" in out.output, out.output
+    assert "MATCH: all 23 rows agree exactly" in out.output and "unmapped" not in out.output, out.output
+
+
 def test_vision_config_null_is_the_language_model_and_audio_is_refused_by_name(tmp_path):
     # no vision_config: Gemma4Config builds no vision tower (SubConfigSpec optional): the language model and head
     no_vision = config(vision=None)

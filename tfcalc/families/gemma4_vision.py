@@ -112,12 +112,45 @@ def embed_vision(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[d
                  widths=[vision["d_model"], text["d_model"]])]
 
 
+def vision_parts(tower, prefix: str, n: int, image: tuple[int, int]) -> list:
+    """Gemma4VisionModel (`tower`, at `prefix` in the whole model) traced part by part on n images of image pixels:
+    its forward strips the pooler's padding by a boolean mask (no values on meta). The patch embedder and encoder on
+    every image's patches and (x, y) positions, on meta; the pooler (no parameters) on the CPU, a fresh
+    Gemma4VisionPooler on the positions the processor gives (its one-hot weights read them)."""
+    import torch
+
+    config = tower.config
+    p, k2, D = config.patch_size, config.pooling_kernel_size ** 2, config.hidden_size
+    rows, cols = image[0] // p, image[1] // p
+    P = rows * cols
+    y, x = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    positions = torch.stack([x.reshape(-1), y.reshape(-1)], -1).expand(n, -1, -1)  # (x, y), as the processor
+    on_meta = positions.to("meta")
+    at = f"{prefix}." if prefix else ""
+    return [
+        (f"{at}patch_embedder", tower.patch_embedder,
+         {"pixel_values": torch.empty(n, P, 3 * p * p, device="meta"), "pixel_position_ids": on_meta,
+          "padding_positions": torch.zeros(n, P, dtype=torch.bool, device="meta")}),
+        # no padding: no mask (create_bidirectional_mask reads a given one's values: .item() on meta)
+        (f"{at}encoder", tower.encoder,
+         {"inputs_embeds": torch.empty(n, P, D, device="meta"), "attention_mask": None,
+          "pixel_position_ids": on_meta}),
+        (f"{at}pooler", type(tower.pooler)(config),
+         {"hidden_states": torch.zeros(n, P, D), "pixel_position_ids": positions.clone(),
+          "padding_positions": torch.zeros(n, P, dtype=torch.bool), "output_length": P // k2}),
+    ]
+
+
+def gemma4_vision_parts(model, spec, workload) -> list:
+    """Gemma4VisionModel alone (check --hf-config --tower vision): its batch is the images."""
+    return vision_parts(model, "", workload.batch_size, workload.image_size)
+
+
 def gemma4_parts(model, spec, workload) -> list:
     """Gemma4ForConditionalGeneration traced part by part (its forward strips the pooler's padding by a boolean mask
-    and splits the images with tolist(): no values on meta): the vision tower's patch embedder and encoder on every
-    image's patches and (x, y) positions, on meta; its pooler (no parameters) on the CPU, a fresh Gemma4VisionPooler
-    on the positions the processor gives (its one-hot weights read them); embed_vision on the pooled tokens; the
-    language model on the prompt's token ids (the images' embeddings take their places: the same work); lm_head."""
+    and splits the images with tolist(): no values on meta): the vision tower (`vision_parts`), embed_vision on the
+    pooled tokens, the language model on the prompt's token ids (the images' embeddings take their places: the same
+    work), lm_head on its output."""
     import torch
 
     from ..arch.towers import image_size, images
@@ -126,31 +159,11 @@ def gemma4_parts(model, spec, workload) -> list:
     n = images(workload)
     parts = []
     if n:
-        sizes = spec.towers["vision"].sizes("patch_embedding")
-        (H, W), p = image_size(spec, workload), sizes.patch_size
-        rows, cols = H // p, W // p
-        D = spec.towers["vision"].d_model
-        y, x = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
-        positions = torch.stack([x.reshape(-1), y.reshape(-1)], -1).expand(n, -1, -1)  # (x, y), as the processor
-        P = rows * cols
-        on_meta = positions.to("meta")
-        valid = torch.ones(n, P, dtype=torch.bool, device="meta")
-        parts += [
-            ("model.vision_tower.patch_embedder", tower.patch_embedder,
-             {"pixel_values": torch.empty(n, P, 3 * p * p, device="meta"), "pixel_position_ids": on_meta,
-              "padding_positions": ~valid}),
-            # no padding: no mask (create_bidirectional_mask reads a given one's values: .item() on meta)
-            ("model.vision_tower.encoder", tower.encoder,
-             {"inputs_embeds": torch.empty(n, P, D, device="meta"), "attention_mask": None,
-              "pixel_position_ids": on_meta}),
-        ]
-        pooler = type(tower.pooler)(tower.config)  # no parameters: on the CPU, on the positions' values
-        k2 = tower.config.pooling_kernel_size ** 2
-        parts.append(("model.vision_tower.pooler", pooler,
-                      {"hidden_states": torch.zeros(n, P, D), "pixel_position_ids": positions.clone(),
-                       "padding_positions": torch.zeros(n, P, dtype=torch.bool), "output_length": P // k2}))
+        (H, W), k2 = image_size(spec, workload), tower.config.pooling_kernel_size ** 2
+        P = (H // tower.config.patch_size) * (W // tower.config.patch_size)
+        parts += vision_parts(tower, "model.vision_tower", n, (H, W))
         parts.append(("model.embed_vision", model.model.embed_vision,
-                      {"inputs_embeds": torch.empty(n * (P // k2), D, device="meta")}))
+                      {"inputs_embeds": torch.empty(n * (P // k2), tower.config.hidden_size, device="meta")}))
     B, N = workload.batch_size, workload.seq_len
     parts.append(("model.language_model", model.model.language_model,
                   {"input_ids": torch.zeros(B, N, dtype=torch.long, device="meta")}))
@@ -167,4 +180,4 @@ GEMMA4_WHOLE = dict(towers={"vision": ("gemma4_vision", "vision_config", None),
                                 (r"model\.embed_vision\.embedding_projection", "embed_vision")],
                     hf_trace=gemma4_parts)
 
-register(Family("gemma4_vision", DEFAULTS, TYPES, gemma4_vision, COMPONENTS))
+register(Family("gemma4_vision", DEFAULTS, TYPES, gemma4_vision, COMPONENTS, hf_trace=gemma4_vision_parts))
