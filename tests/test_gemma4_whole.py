@@ -150,3 +150,21 @@ def test_published_31b_config_whole_and_its_preset():
     vision = 3 * 16 * 16 * D + 2 * 10240 * D + L * block
     assert count(select(spec, "vision")).params.total == vision
     assert total == 30_697_345_280 + vision + D * 5376
+
+
+def test_published_e2b_config_its_vision_tower_alone_and_its_audio_refused(tmp_path):
+    # google/gemma-4-E2B-it: a vision tower (16 blocks of 768, MLP 3072, 12 heads of 64, clipped linears) and an
+    # audio tower (not modelled): whole refused by name, each modelled tower counted (tests/data says where from)
+    towers = json.loads((Path(__file__).parent / "data" / "gemma4_e2b_towers.json").read_text())
+    text = json.loads((Path(__file__).parent / "data" / "gemma4_text_configs.json").read_text())["gemma-4-e2b"]
+    cfg = {"model_type": "gemma4", "text_config": text["text_config"], "tie_word_embeddings": True,
+           "vision_config": towers["vision_config"], "audio_config": towers["audio_config"]}
+    path = write(tmp_path, cfg)
+    spec = read_hf_config(path).spec
+    D, F, L = 768, 3072, 16
+    vision = 3 * 16 * 16 * D + 2 * 10240 * D + L * (4 * D * D + 2 * 64 + 4 * D + 3 * D * F)
+    assert count(select(spec, "vision")).params.total == vision == meta_params(transformers.Gemma4VisionModel,
+                                                                              towers["vision_config"])
+    assert count(select(spec, "text")).params.total == text["transformers_params"]
+    whole = runner.invoke(app, ["count", "--hf-config", str(path)])
+    assert whole.exit_code == 2 and "its audio_config tower is not modelled yet" in whole.output, whole.output
