@@ -14,10 +14,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
 from tfcalc import Workload, count, load_preset
-from tfcalc.arch.towers import select
+from tfcalc.arch.towers import select, tower_workload
 from tfcalc.cli import app
 from tfcalc.hf import read_hf_config
 from tfcalc.verify import check, hf_model
+from tfcalc.verify.memory_check import check_memory
 
 runner = CliRunner()
 
@@ -168,3 +169,22 @@ def test_published_e2b_config_its_vision_tower_alone_and_its_audio_refused(tmp_p
     assert count(select(spec, "text")).params.total == text["transformers_params"]
     whole = runner.invoke(app, ["count", "--hf-config", str(path)])
     assert whole.exit_code == 2 and "its audio_config tower is not modelled yet" in whole.output, whole.output
+
+
+@pytest.mark.parametrize("text,vision", [(TEXT, VISION), VARIANT])
+def test_the_vision_towers_train_step_is_what_memtracker_measures(tmp_path, text, vision):
+    # the tower's train step on two images against torch's MemTracker on the reference model: the pooler keeps its
+    # one-hot weights [6, P] per image for the input's gradient. (The table's lookups keep their int64 indices, 2 x P
+    # per image: MemTracker sees them, tfcalc counts indices as it counts token ids, outside the activations; the
+    # report's tolerance holds them.)
+    spec = read_hf_config(write(tmp_path, config(text, vision))).spec
+    k = vision["pooling_kernel_size"]
+    workload = Workload(phase="train", batch_size=1, seq_len=40, images=2, image_size=(8 * k, 12 * k))
+    tower = tower_workload(spec, "vision", workload).model_copy(update={"phase": "train"})
+    for precision, recompute, attention in (("bf16-mixed", "none", "fused"), ("fp32", "none", "eager")):
+        report = check_memory(select(spec, "vision"), tower, precision, recompute=recompute, attention=attention,
+                              device="meta")
+        rows = {r.category: r for r in report.rows}
+        for category in ("weights", "gradients", "optimizer states", "master weights"):
+            assert rows[category].analytic == rows[category].measured, (category, rows[category])
+        assert report.match

@@ -24,7 +24,8 @@ class PatchPooler(nn.Module):
         y, xs = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")  # built on the CPU (meta
         kernel = (xs // k + (cols // k) * (y // k)).reshape(-1)  # has no one_hot): each patch's block, raster order
         weights = F.one_hot(kernel, (rows // k) * (cols // k)).to(x.dtype) / k ** 2  # [patches, blocks]
-        weights = weights.t().to(x.device).expand(x.shape[0], -1, -1)  # [B, blocks, patches], no gradient
+        # [B, blocks, patches], no gradient: one per image, as transformers builds them (bmm keeps them for backward)
+        weights = weights.t().to(x.device).repeat(x.shape[0], 1, 1)
         return (weights @ x) * self.scale
 
 
