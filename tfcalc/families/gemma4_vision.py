@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 from ..hf import activation_of, refuse_if
+from ..sizes import MAX_DIGITS
 from .registry import Family, register
 
 MAX_SOFT_TOKENS = 280  # Gemma4ImageProcessor's default budget of tokens per image
@@ -69,6 +70,8 @@ def gemma4_vision(cfg: dict, notes: list[str]) -> dict:
               f"it does not divide num_attention_heads={heads} (each key head serves a whole group of query heads)")
     dh = cfg["head_dim"]
     refuse_if(cfg, "head_dim", dh % 4 != 0, "the axial rotary cuts each head into 4 equal quarters (x and y halves)")
+    for key in ("patch_size", "pooling_kernel_size", "position_embedding_size"):
+        refuse_if(cfg, key, cfg[key] >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
     p, k = cfg["patch_size"], cfg["pooling_kernel_size"]
     side = p * k * math.isqrt(MAX_SOFT_TOKENS)
     patches = (side // p) ** 2
