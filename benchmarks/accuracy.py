@@ -160,6 +160,8 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
         put(preset, getattr(_tests_module(module), attr), f"tests/{module}.py {attr}")
     gpt_oss = _tests_module("test_hf_gpt_oss")  # the published config with its depth and experts per size
     put("gpt-oss-20b", gpt_oss._published(24, 32), "tests/test_hf_gpt_oss.py _published(24, 32)")
+    whole = ROOT / "tests" / "data" / "gemma4_31b_config.json"  # gemma4-31b is whole: its published config whole
+    put("gemma4-31b", json.loads(whole.read_text()), "tests/data/gemma4_31b_config.json")
     gemma4 = _tests_module("test_hf_gemma4")
     for key, preset in gemma4.PRESETS.items():
         put(preset, gemma4.PUBLISHED[key], f"tests/data/gemma4_text_configs.json [{key!r}]")

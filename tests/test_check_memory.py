@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tfcalc import TfcalcError, Workload, load_preset
+from tfcalc.arch.towers import select
 from tfcalc.cli import app
 from tfcalc.verify.memory import fused_problem
 from tfcalc.verify.memory_check import check_memory
@@ -57,7 +58,8 @@ SMALL = {  # every block kind: learned/rotary/relative positions, MHA/GQA, dense
 
 
 def small(name: str):
-    spec = load_preset(name).replace(seq_len=32, **SMALL[name])
+    # a whole preset's language model (gemma4-31b is whole; these sizes are its language model's)
+    spec = select(load_preset(name), "text").replace(seq_len=32, **SMALL[name])
     return spec, Workload(seq_len=32, batch_size=2, src_len=32 if spec.is_encoder_decoder else None)
 
 

@@ -458,6 +458,9 @@ BASE["qwen2_vl_vision"] = dict(depth=2, embed_dim=32, hidden_size=24, num_heads=
 BASE["qwen2_5_vl_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
                                  patch_size=2, spatial_merge_size=2, temporal_patch_size=2, window_size=8,
                                  fullatt_block_indexes=[1], in_channels=3)
+BASE["gemma4_vision"] = dict(num_hidden_layers=2, hidden_size=48, intermediate_size=96, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=12, patch_size=4, pooling_kernel_size=2,
+                             position_embedding_size=64)
 BASE["llama4_vision_model"] = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=128,
                                    image_size=32, patch_size=8, num_channels=3, pixel_shuffle_ratio=0.5,
                                    projector_input_dim=24, projector_output_dim=24, vision_output_dim=24)
@@ -884,6 +887,8 @@ DIRECT["qwen2_vl_vision"] = dict(depth="n_layers", num_heads="n_heads")
 DIRECT["qwen2_5_vl_vision"] = dict(hidden_size="d_model", num_heads="n_heads", intermediate_size="d_ff")
 # Llama 4's vision tower: intermediate_size is also its adapter's input (4 x hidden_size at ratio 0.5)
 DIRECT["llama4_vision_model"] = dict(num_hidden_layers="n_layers", num_attention_heads="n_heads")
+DIRECT["gemma4_vision"] = dict(num_hidden_layers="n_layers", hidden_size="d_model", num_attention_heads="n_heads",
+                               num_key_value_heads="n_kv_heads", intermediate_size="d_ff", head_dim="d_head")
 DIRECT["lfm2_moe"] = _LFM2_DIRECT | dict(intermediate_size="d_ff", moe_intermediate_size="d_expert",
                                          num_experts_per_tok="top_k", num_experts="n_experts")
 # Llama 4's MoE and NoPE blocks are rules over the layers (num_hidden_layers is not direct); intermediate_size

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc import TfcalcError, Workload, count, load_preset
+from tfcalc.arch.towers import select
 from tfcalc.families.gemma4 import GLOBAL_HEAD_DIM
 from tfcalc.families.registry import family
 from tfcalc.hf import read_hf_config
@@ -143,7 +144,7 @@ def test_generated_configs_match_transformers_exactly(tmp_path_factory, config, 
 @given(data=st.data())
 def test_multimodal_configs_read_their_text_config(tmp_path_factory, data):
     # Gemma 4's multimodal config: the language model is its text_config (gemma4_text), the head tied by the outer
-    # tie_word_embeddings; the vision and audio towers and their embedders are not counted
+    # tie_word_embeddings (the vision tower, when there is one, read beside it: tests/test_gemma4_whole.py)
     text = data.draw(gemma4_configs())
     tie = text.pop("tie_word_embeddings")
     config = {"model_type": "gemma4", "text_config": text, "tie_word_embeddings": tie, "audio_config": None}
@@ -156,8 +157,10 @@ def test_multimodal_configs_read_their_text_config(tmp_path_factory, data):
     source = read_hf_config(write(folder, config))
     assert "gemma4: the language model read from text_config" in source.source
     alone = read_hf_config(write(folder, text | {"tie_word_embeddings": tie}, "text.json")).spec
-    assert source.spec.replace(name="x") == alone.replace(name="x")
-    assert count(source.spec).params.total == meta_params(config, transformers.Gemma4ForConditionalGeneration)
+    language_model = select(source.spec, "text")
+    assert language_model.replace(name="x") == alone.replace(name="x")
+    assert bool(source.spec.towers) == (config["vision_config"] is not None)
+    assert count(language_model).params.total == meta_params(config, transformers.Gemma4ForConditionalGeneration)
 
 
 def test_the_last_block_is_global_by_default(tmp_path):
@@ -258,14 +261,14 @@ def test_published_text_configs_are_exact_and_agree_with_the_presets(tmp_path, n
     config = {"model_type": "gemma4", "text_config": entry["text_config"],
               "tie_word_embeddings": entry["tie_word_embeddings"]}
     spec = read_hf_config(write(tmp_path, config)).spec
-    preset = load_preset(PRESETS[name])
+    preset = select(load_preset(PRESETS[name]), "text")  # (gemma4-31b is whole: tests/test_gemma4_whole.py)
     assert count(spec).params.total == count(preset).params.total == meta_params(entry["text_config"])
     assert count(spec.replace(seq_len=4096)).flops.components == count(preset.replace(seq_len=4096)).flops.components
 
 
 def test_published_totals_are_the_model_cards():
-    # Gemma 4 model cards: 31B "30.7B"; 26B-A4B "25.2B total, 3.8B active"
-    assert round(count(load_preset("gemma4-31b")).params.total / 1e8) == 307
+    # Gemma 4 model cards: 31B "30.7B" (its language model: the preset is whole); 26B-A4B "25.2B total, 3.8B active"
+    assert round(count(select(load_preset("gemma4-31b"), "text")).params.total / 1e8) == 307
     moe = count(load_preset("gemma4-26b-a4b")).params
     assert round(moe.total / 1e8) == 252 and round(moe.active / 1e8) == 38
     # E2B: "2.3B effective", the parameters without the per-layer table (262,144 x 35 blocks x 256)

@@ -126,6 +126,10 @@ def read_hf_config(path: str | Path) -> SpecFile:
         text_only = (f"only the language model of {model_type} is read (from {family.nested[1]}): its {other} is not "
                      "modelled yet")
         family = replace(family, towers={})
+    unread = [entry[1] for entry in (family.towers or {}).values()
+              if entry[0] is None and raw.get(entry[1]) is not None]
+    if unread and not text_only:  # a tower the family does not model (Gemma 4's audio): read without it, refused whole
+        text_only = f"its {' and '.join(unread)} tower is not modelled yet"
     if family.nested is not None:
         if not family.towers and not text_only:
             text_only = (f"only the language model of {model_type} is read (from {family.nested[1]}): its other "
@@ -206,6 +210,8 @@ def _other_tower_type(raw: dict, family) -> str:
     for entry in (family.towers or {}).values():
         key = entry[1]
         inner = raw.get(key)
+        if entry[0] is None:  # a tower not modelled at all (`load` says so)
+            continue
         named = inner.get("model_type") if isinstance(inner, dict) else None
         if named not in (None, "", *registry.tower_types(entry), raw.get("model_type")):  # "": a remote-code save's
             return f"{key}.model_type={show(named)} tower"
@@ -249,6 +255,8 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
         key = entry[1]
         accepted = registry.tower_types(entry)
         inner = outer.get(key)
+        if entry[0] is None or (inner is None and len(entry) > 2 and entry[2] is None):
+            continue  # a tower not modelled (`load` refuses it whole), or none built without its config (Gemma 4's)
         if inner is None:  # the config the class builds when there is none (Mistral3Config's own Pixtral sizes)
             inner = dict(entry[2]) if len(entry) > 2 else {}
         if not isinstance(inner, dict):

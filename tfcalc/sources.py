@@ -75,9 +75,10 @@ def text_only(base, tower: str | None) -> None:
     """A multimodal config of which only the language model is read (`SpecFile.text_only`: its other towers are not
     modelled yet) is counted as that, by --tower text alone: the whole model is refused by name, never silently
     counted short."""
-    if base.text_only and tower != "text":
+    if base.text_only and tower != "text" and tower not in base.spec.towers:
+        towers = "".join(f", --tower {t} its {t} tower" for t in base.spec.towers)  # those it reads (Gemma 4's vision)
         raise TfcalcError(f"--tower {tower or 'all'}: {base.name}: {base.text_only}; --tower text counts its "
-                          "language model alone")
+                          f"language model alone{towers}")
 
 
 def checkpoint_quant(flag: str | None, hf_config: Path | None = None, base=None):

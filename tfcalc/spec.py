@@ -38,6 +38,8 @@ class Connector(BaseModel):
     pool: Size = Field(1, description="Tokens averaged into one before it (no parameters).")
     merge: Size = Field(1, description="Tokens concatenated into one before it (a pixel shuffle).")
     norm: Literal["none", "layernorm", "rmsnorm"] = Field("none", description="A norm over widths[0] first.")
+    norm_weight: bool = Field(True, description="The norm has a learned weight (false: Gemma 4's weightless "
+                                                "RMSNorm, no parameters).")
     norm_before_merge: bool = Field(False, description="The norm reads each of the tower's tokens before `merge` "
                                                        "concatenates them, over the tower's width (Mistral 3's "
                                                        "projector: its norm, then its patch merger).")
@@ -870,8 +872,8 @@ class ModelSpec(BaseModel):
     @property
     def output_kinds(self) -> tuple[str, ...]:
         """The frame's kinds after the stack's final norm, before the head, that a spec names by their sizes: a
-        patch merger (Qwen2-VL's vision tower: kinds.patch_merger)."""
-        return ("patch_merger",) if "patch_merger" in self.kinds else ()
+        patch merger (Qwen2-VL's vision tower: kinds.patch_merger), a pooler (Gemma 4's: kinds.patch_pooler)."""
+        return tuple(kind for kind in ("patch_merger", "patch_pooler") if kind in self.kinds)
 
     @property
     def input_kind(self) -> str:

@@ -242,12 +242,12 @@ def connector_ops(spec: ModelSpec, c: Connector, workload: Workload) -> list[Op]
     rows = units * per
     ops: list[Op] = []
     if c.norm != "none" and c.norm_before_merge:  # over each of the tower's tokens: rows x merge of them
-        ops.append(Norm(f"{c.name}/norm", c.norm, rows * c.merge, c.tower_width))
+        ops.append(Norm(f"{c.name}/norm", c.norm, rows * c.merge, c.tower_width, sets=int(c.norm_weight)))
     if c.merge_linear:  # the merged vectors x: [rows, merge * D] @ W: [merge * D, D], no bias
         ops.append(Matmul(f"{c.name}/merge", rows, c.merge * c.tower_width, c.tower_width, bias=False,
                           role="connector"))
     if c.norm != "none" and not c.norm_before_merge:  # over widths[0]: the pooled or merged vectors
-        ops.append(Norm(f"{c.name}/norm", c.norm, rows, c.widths[0]))
+        ops.append(Norm(f"{c.name}/norm", c.norm, rows, c.widths[0], sets=int(c.norm_weight)))  # sets 0: weightless
     pairs = list(zip(c.widths, c.widths[1:]))
     for i, (k, n) in enumerate(pairs):
         name = c.name if len(pairs) == 1 else f"{c.name}/linear_{i + 1}"

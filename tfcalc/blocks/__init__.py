@@ -12,7 +12,8 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
   attention and Mamba2 side by side on one norm), registered lazily (imported when a spec names them).
 - `patch_embedding` (ViT's patches, class token and position table; Qwen2-VL's 3-D patches): a model of images'
   input in place of `embedding`, `window_attention` (Qwen2.5-VL's attention within windows of the patch grid) and
-  `patch_merger` (Qwen2-VL's merger after the blocks), registered lazily.
+  `patch_merger` (Qwen2-VL's merger after the blocks) and `patch_pooler` (Gemma 4's pooler after the blocks),
+  registered lazily.
 - `tile_position` (Llama 3.2 Vision's norm and gated tile table between its local and global encoders) and
   `layer_gates` (the tanh gates of its global encoder's blocks), registered lazily.
 - `attention_pool` (SigLIP's attention-pooling head: a probe attending to the stack's tokens, a norm, an MLP): in
@@ -30,5 +31,5 @@ from ..arch.builders import register_lazily
 # the sequence mixers of hybrid models and the input of a model of images: each module registers its kind when a
 # spec first names it
 for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "attention_pool",
-              "audio_conv", "window_attention", "patch_merger", "tile_position", "layer_gates"):
+              "audio_conv", "window_attention", "patch_merger", "patch_pooler", "tile_position", "layer_gates"):
     register_lazily(_name, f"{__name__}.{_name}")

@@ -100,7 +100,8 @@ class Family:
     # a multimodal config's other towers read beside its nested language model: tower ("vision", "audio") -> (its
     # model_type, or the model_types it may name, the first when it names none: `tower_types`; the field holding its
     # config; optionally the config the class builds when that field is absent or null, else the tower family's
-    # defaults); without them a nested family's other towers are not modelled
+    # defaults, or None: the class builds no such tower then); without them a nested family's other towers are not
+    # modelled. A tower's model_type None: not modelled, its field given (not null) refuses the whole model by name
     towers: Mapping[str, tuple] | None = None
     # the connectors between them: (the config's checked fields, each tower's ModelSpec fields ("text", "vision"),
     # notes) -> tfcalc.spec.Connector fields
@@ -154,7 +155,7 @@ def register(*families: Family) -> None:
 def tower_types(entry: tuple) -> tuple[str, ...]:
     """The model_types a tower's config may name, from a Family.towers entry (the first: when it names none)."""
     types = entry[0]
-    return (types,) if isinstance(types, str) else tuple(types)
+    return (types,) if isinstance(types, str) else () if types is None else tuple(types)
 
 
 def family(model_type: str) -> Family:

@@ -215,7 +215,8 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
         x_rows, x_width = units * per, c.widths[0] if c.widths else 0  # what it reads
         if c.norm != "none":
             width = c.tower_width if c.norm_before_merge else c.widths[0]
-            norm = torch.nn.LayerNorm(width) if c.norm == "layernorm" else torch.nn.RMSNorm(width)
+            norm = (torch.nn.LayerNorm(width, elementwise_affine=c.norm_weight) if c.norm == "layernorm" else
+                    torch.nn.RMSNorm(width, elementwise_affine=c.norm_weight))
             layers.append((f"{c.name}/norm", norm))
         if c.norm_before_merge or c.merge_linear:  # the tower's tokens, merge of them concatenated (a reshape)
             x_rows, x_width = units * per * c.merge, c.tower_width
@@ -227,7 +228,8 @@ def _check_connectors(spec: ModelSpec, result, device: str, train: bool) -> tupl
                 layers.append((f"{c.name}/merge", torch.nn.Linear(c.merge * c.tower_width, c.tower_width,
                                                                   bias=False)))
             if c.norm != "none" and not c.norm_before_merge:
-                norm = torch.nn.LayerNorm(c.widths[0]) if c.norm == "layernorm" else torch.nn.RMSNorm(c.widths[0])
+                norm = (torch.nn.LayerNorm(c.widths[0], elementwise_affine=c.norm_weight) if c.norm == "layernorm"
+                        else torch.nn.RMSNorm(c.widths[0], elementwise_affine=c.norm_weight))
                 layers.append((f"{c.name}/norm", norm))
         pairs = list(zip(c.widths, c.widths[1:]))
         for i, (k, n) in enumerate(pairs):

@@ -17,6 +17,10 @@ patch grid, no parameters; GLM-4.1V's tower has a learned table too, `position_g
 each image's grid by grid_sample, not counted, and added). Their patches come in merge_size x merge_size blocks (spatial_merge_size: the patch merger
 concatenates each block), so an image's sides are multiples of patch_size * merge_size.
 
+Gemma 4's tower (Gemma4VisionPatchEmbedder): the patches' projection a Linear(3 p^2, D) without a bias (the same
+matmul), no class token, and a factorised table [2, axis_table, D] (position_embedding_size rows per axis): each patch
+adds its column's x row and its row's y row (two lookups and a sum, no matmul), beside a 2-D rotary in the blocks.
+
 Pixtral's tower (PixtralVisionModel: a Conv2d of kernel and stride p without a bias, no class token, no table; a 2-D
 rotary) reads images of any size up to image_size (`up_to_image_size`) and cuts every image of the step to its own
 patch grid, then CONCATENATES them into one sequence (`packed`): the blocks attend over all the images' patches at
@@ -103,6 +107,10 @@ class PatchSizes(BaseModel):
                        "num_position_embeddings), resampled bilinearly to each image's grid by gathers and weighted "
                        "sums (no matmul). 0: none.")
 
+    axis_table: Count = Field(
+        0, description="Rows of Gemma 4's factorised position table [2, rows, D] (position_embedding_size): each "
+                       "patch's x row and y row looked up and summed (no matmul), beside the 2-D rotary. 0: none.")
+
     @property
     def height(self) -> int:
         """The model's image's height (up_to_image_size: the largest it reads, a whole number of patch blocks)."""
@@ -176,6 +184,9 @@ class PatchSizes(BaseModel):
         if self.position_table and spec.positions == "learned":
             out.append(f"kinds.patch_embedding.position_table={self.position_table}: a second table beside "
                        "positions='learned' (its table is the model's own); expected 0")
+        if self.axis_table and spec.positions == "learned":
+            out.append(f"kinds.patch_embedding.axis_table={self.axis_table}: a second table beside "
+                       "positions='learned' (its table is the model's own); expected 0")
         if self.position_grid is not None and spec.positions == "learned":
             out.append(f"kinds.patch_embedding.position_grid={self.position_grid}: a table beside rotary positions "
                        "(GLM-4.1V's); with positions='learned' the spec's own table is the positions")
@@ -223,6 +234,8 @@ def patch_embedding(ctx: Ctx) -> list[Op]:
         # GLM-4.1V: a [grid^2, D] table beside rotary positions, resampled to the image's grid (grid_sample: no matmul)
         *([Table(ctx.name("embedding/position"), sizes.position_grid ** 2, D, "position")]
           if sizes.position_grid is not None else []),
+        # Gemma 4: a [2, rows, D] table, each patch's x and y rows looked up and summed (no matmul)
+        *([Table(ctx.name("embedding/position"), 2 * sizes.axis_table, D, "position")] if sizes.axis_table else []),
         *tables,
         # SigLIP2: the table resampled to each image's patches, weights [B * patches, rows] @ table [rows, D] (the
         # table's parameters are the row above; the weights need no gradient: role "patch", as the images)
@@ -238,4 +251,4 @@ register(BlockKind("patch_embedding", patch_embedding, in_block=False, sizes=Pat
                    components=(((r"embedding\.(patch|class_token|position|position_resize|norm|tile_position|"
                                  r"pre_tile|tile_mask)"), r"embedding/\1"),
                                (r"embedding\.(position|pre_tile)_gate", r"embedding/\1"),
-                               (r"embedding\.position_table", "embedding/position"))))
+                               (r"embedding\.(position_table|axis_table)", "embedding/position"))))

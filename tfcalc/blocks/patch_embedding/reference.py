@@ -115,6 +115,8 @@ class PatchEmbedding(nn.Module):
         self.table_grid = sizes.position_grid  # GLM-4.1V: a table of its own beside rotary positions
         if self.table_grid is not None:
             self.position = Parameter(1, self.table_grid ** 2, D)
+        # Gemma 4: a [2, rows, D] table, each patch's x and y rows looked up and summed
+        self.axis_table = Parameter(2, sizes.axis_table, D) if sizes.axis_table else None
         self.norm = make_norm(spec) if spec.embedding_norm else None  # CLIP's pre_layrnorm
         self.position_resize = PositionResize() if sizes.resized_positions else None  # SigLIP2
         self.packed = sizes.packed  # Pixtral: every image's patches one sequence
@@ -190,6 +192,12 @@ class PatchEmbedding(nn.Module):
             index, weight = bilinear_taps(int(table.shape[0] ** 0.5), images.shape[-2] // p, images.shape[-1] // p)
             rows = F.embedding(index.to(table.device), table)  # [patches, 4, D]
             x = x + (rows * weight.to(table.device, table.dtype)[:, :, None]).sum(1)
+        if self.axis_table is not None:  # Gemma 4: the x row of each patch's column plus the y row of its row
+            rows, cols = images.shape[-2] // p, images.shape[-1] // p
+            y, xs = (i.reshape(-1).to(x.device) for i in torch.meshgrid(torch.arange(rows), torch.arange(cols),
+                                                                       indexing="ij"))
+            table = self.axis_table.weight
+            x = x + F.embedding(xs, table[0]) + F.embedding(y, table[1])
         return x if self.norm is None else self.norm(x)
 
 
