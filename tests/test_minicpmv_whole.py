@@ -10,6 +10,7 @@ moderately-ai/lmbrrr (docs/research/models/minicpm-v-4.6/hf-model/config.json, c
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 import transformers
 from hf_oracle import hf_config
@@ -18,7 +19,9 @@ from typer.testing import CliRunner
 
 from tfcalc import count
 from tfcalc.cli import app
+from tfcalc.families.minicpmv import image_parts
 from tfcalc.hf import read_hf_config
+from tfcalc.verify.hf_model import trace_parts
 
 PUBLISHED = Path(__file__).parent / "data" / "minicpm_v_4_6_config.json"
 
@@ -65,31 +68,61 @@ def test_the_released_whole_model_is_refused_by_name_not_counted_short():
         whole.output
 
 
-def test_the_image_path_flops_a_whole_read_must_meet():
-    # FlopCounterMode over get_image_features (fp32 CPU, eager) of a tiny config: two images of 4x4 and 8x4 patches,
-    # NaViT-packed into one row as the processor packs them
-    D, F, L, H, p, k = 32, 64, 3, 2, 4, 1  # the window merger after block k = insert_layer_id
-    config = dict(model_type="minicpmv4_6", insert_layer_id=k, image_token_id=299,
-                  text_config=dict(model_type="qwen3_5_text", vocab_size=300, hidden_size=24, intermediate_size=48,
-                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=12,
-                                   layer_types=["full_attention"]),
-                  vision_config=dict(model_type="minicpmv4_6_vision", hidden_size=D, intermediate_size=F,
-                                     num_hidden_layers=L, num_attention_heads=H, patch_size=p, image_size=32))
+D, F, L, H, p, k = 32, 64, 3, 2, 4, 1  # a tiny tower: the window merger after block k = insert_layer_id
+TINY = dict(model_type="minicpmv4_6", insert_layer_id=k, image_token_id=299,
+            text_config=dict(model_type="qwen3_5_text", vocab_size=300, hidden_size=24, intermediate_size=48,
+                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=12,
+                             layer_types=["full_attention"]),
+            vision_config=dict(model_type="minicpmv4_6_vision", hidden_size=D, intermediate_size=F, num_hidden_layers=L,
+                               num_attention_heads=H, patch_size=p, image_size=32))
+GRIDS = [(4, 4), (8, 4)]  # two images of 4x4 and 8x4 patches
+T = sum(h * w for h, w in GRIDS)  # 48 patches
+
+
+def eager_image_flops(downsample_mode: str | None = None):
+    """FlopCounterMode over get_image_features (fp32 CPU, eager) of the tiny config on GRIDS, NaViT-packed into one
+    row as the processor packs them: (total FLOPs, each image's tokens for the language model)."""
     torch.manual_seed(0)
-    model = transformers.MiniCPMV4_6ForConditionalGeneration._from_config(hf_config(config),
+    model = transformers.MiniCPMV4_6ForConditionalGeneration._from_config(hf_config(TINY),
                                                                           attn_implementation="eager").eval()
-    grids = [(4, 4), (8, 4)]
-    T = sum(h * w for h, w in grids)  # 48 patches
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        out = model.model.get_image_features(torch.randn(1, 3, p, T * p), torch.tensor(grids))
+        out = model.model.get_image_features(torch.randn(1, 3, p, T * p), torch.tensor(GRIDS),
+                                             downsample_mode=downsample_mode)
+    return counter.get_total_flops(), [o.shape[0] for o in out.pooler_output]
+
+
+def test_the_image_path_flops_a_whole_read_must_meet():
+    flops, tokens = eager_image_flops()
     # each image's tokens for the language model: its patches / 16 (2x2 by the window merger, 2x2 by the merger)
-    assert [o.shape[0] for o in out.pooler_output] == [h * w // 16 for h, w in grids] == [1, 2]
-    pairs = sum((h * w) ** 2 for h, w in grids)  # blocks 0..k: every image's patches attend to each other alone
+    assert tokens == [h * w // 16 for h, w in GRIDS] == [1, 2]
+    pairs = sum((h * w) ** 2 for h, w in GRIDS)  # blocks 0..k: every image's patches attend to each other alone
     block = lambda t, n2: 2 * t * (4 * D * D + 2 * D * F) + 2 * 2 * D * n2  # q k v out, fc1 fc2; QK^T and AV
     conv = 2 * T * 3 * p * p * D
     # the window merger: q k v out over every patch, attention within each 2x2 window (4 x 4 pairs), then each
     # window's 4 patches concatenated: linear_1 4D -> 4F, linear_2 4F -> D
     window = 2 * T * 4 * D * D + 2 * 2 * D * (T // 4) * 16 + 2 * (T // 4) * (4 * D * 4 * F + 4 * F * D)
-    after = (L - k - 1) * block(T // 4, sum((h * w // 4) ** 2 for h, w in grids))  # the rest on a quarter of them
+    after = (L - k - 1) * block(T // 4, sum((h * w // 4) ** 2 for h, w in GRIDS))  # the rest on a quarter of them
     merger = 2 * (T // 16) * (4 * D * 4 * D + 4 * D * 24)  # 2x2 of the merged grid concatenated: 4D -> 4D -> 24
-    assert counter.get_total_flops() == conv + (k + 1) * block(T, pairs) + window + after + merger == 3_772_416
+    assert flops == conv + (k + 1) * block(T, pairs) + window + after + merger == 3_772_416
+    # "4x" (minicpm_ocr's default): the window merger skipped (its parameters still built), every block over every
+    # patch, the merger on 2x2 blocks of the patches: h * w / 4 tokens an image
+    flops, tokens = eager_image_flops("4x")
+    assert tokens == [h * w // 4 for h, w in GRIDS] == [4, 8]
+    assert flops == conv + L * block(T, pairs) + 2 * (T // 4) * (4 * D * 4 * D + 4 * D * 24) == 3_465_216
+
+
+@pytest.mark.parametrize("mode", [None, "4x"])
+def test_the_class_traced_by_parts_on_meta_is_its_eager_forward(mode):
+    # image_parts: the image path on meta (its cu_seqlens on the CPU) sees exactly what the eager forward does
+    with torch.device("meta"):
+        model = transformers.MiniCPMV4_6ForConditionalGeneration._from_config(hf_config(TINY),
+                                                                              attn_implementation="eager")
+    total, own, outside = trace_parts(image_parts(model, GRIDS, mode))
+    assert (total, outside) == (eager_image_flops(mode)[0], 0)
+    at = "model.vision_tower."
+    if mode is None:  # the window merger's attention core: 12 windows of 4 x 4 pairs, QK^T and AV, 2 heads of 16
+        assert own[f"{at}vit_merger.self_attn"] == 2 * 2 * D * (T // 4) * 16 == 24_576
+        assert own[f"{at}encoder.layers.2.self_attn.q_proj"] == 2 * (T // 4) * D * D  # after it: a quarter
+    else:
+        assert not any(name.startswith(f"{at}vit_merger") and v for name, v in own.items())
+        assert own[f"{at}encoder.layers.2.self_attn.q_proj"] == 2 * T * D * D
