@@ -1,7 +1,7 @@
 """MiniCPM-V 4.6 (minicpmv4_6; minicpmv4_7 and minicpm_ocr build the same modules) against transformers: what tfcalc
 reads today (the language model and lm_head, `--tower text`), pinned on the released config, and the whole model
 refused by name rather than counted short; the whole class's parameters and its image path's FLOPs written out as the
-arithmetic a whole read must meet (issue 21: the vision tower is not read yet, see the lead's report of h/minicpm).
+arithmetic a whole read must meet (issue 21: the vision tower is not read yet).
 
 tests/data/minicpm_v_4_6_config.json is openbmb/MiniCPM-V-4.6's config.json as vendored in the GitHub repository
 moderately-ai/lmbrrr (docs/research/models/minicpm-v-4.6/hf-model/config.json, commit f04df6dd), byte for byte.
