@@ -266,7 +266,7 @@ def summary_table(result: CountResult) -> Table:
         ["", "embedding", exact(p.embedding), human(p.embedding)],
         ["", "non-embedding", exact(p.non_embedding), human(p.non_embedding)],
         ["FLOPs", "forward", exact(f.forward), sci(f.forward)],
-        ["", "backward (2x" + (f"; {inputs}: none" if f.input_leaf else "") + ("; + solves" if f.backward_extra
+        ["", "backward (2x" + (f"; {inputs}: none" if f.input_leaf else "") + ("; delta rule" if f.backward_extra
                                                                                  else "") + ")",
          exact(f.backward), sci(f.backward)],
         ["", "train step (3x)" if not (f.input_leaf or f.backward_extra) else "train step (fwd + bwd)",
@@ -294,9 +294,9 @@ def summary_table(result: CountResult) -> Table:
         caption += (f" Backward: 2 x forward less the {first}'s input gradient ({f.input_leaf:,} FLOPs): the "
                     f"{frames} need none.")
     if f.backward_extra and w.phase == "train":
-        caption += (f" Backward: {f.backward_extra:+,} FLOPs on 2 x forward where autograd runs other products "
-                    "than twice the forward's (the gated delta rule's triangular solves' gradients, less the first "
-                    "chunk's zero state and the last chunk's unread state update).")
+        caption += (f" Backward: 2 x forward {f.backward_extra:+,} FLOPs where autograd runs other products "
+                    "than twice the forward's (the gated delta rule: its triangular solves' gradients, less the "
+                    "first chunk's zero state and the last chunk's unread state update).")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
                  label_columns=2)
 
