@@ -266,10 +266,11 @@ def summary_table(result: CountResult) -> Table:
         ["", "embedding", exact(p.embedding), human(p.embedding)],
         ["", "non-embedding", exact(p.non_embedding), human(p.non_embedding)],
         ["FLOPs", "forward", exact(f.forward), sci(f.forward)],
-        ["", "backward (2x)" if not f.input_leaf else f"backward (2x; {inputs}: none)", exact(f.backward),
-         sci(f.backward)],
-        ["", "train step (3x)" if not f.input_leaf else "train step (fwd + bwd)", exact(f.train_step),
-         sci(f.train_step)],
+        ["", "backward (2x" + (f"; {inputs}: none" if f.input_leaf else "") + ("; delta rule" if f.backward_extra
+                                                                                 else "") + ")",
+         exact(f.backward), sci(f.backward)],
+        ["", "train step (3x)" if not (f.input_leaf or f.backward_extra) else "train step (fwd + bwd)",
+         exact(f.train_step), sci(f.train_step)],
         ["", "forward per token", exact(f.per_token), sci(f.per_token)],
         ["", "forward, causal attention", exact(f.forward_causal), sci(f.forward_causal)],
         ["MACs", "forward", exact(m.forward), sci(m.forward)],
@@ -292,6 +293,10 @@ def summary_table(result: CountResult) -> Table:
     if f.input_leaf and w.phase == "train":
         caption += (f" Backward: 2 x forward less the {first}'s input gradient ({f.input_leaf:,} FLOPs): the "
                     f"{frames} need none.")
+    if f.backward_extra and w.phase == "train":
+        caption += (f" Backward: 2 x forward {f.backward_extra:+,} FLOPs where autograd runs other products "
+                    "than twice the forward's (the gated delta rule: its triangular solves' gradients, less the "
+                    "first chunk's zero state and the last chunk's unread state update).")
     return Table("Summary", ["", "figure", "exact", "readable"], rows, caption, right={2, 3}, optional=[2],
                  label_columns=2)
 

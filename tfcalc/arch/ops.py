@@ -217,6 +217,12 @@ class Record:
         """Bytes this op keeps for its backward on one GPU (one microbatch), per what; `a` bytes per activation."""
         return self._missing("saved")
 
+    def backward_extra(self) -> int:
+        """FLOPs its backward spends beyond 2 x its forward (the input's and the weight's gradients of each matmul):
+        0 for every op whose matmuls all need both; a record whose backward runs products its forward does not (the
+        gated delta rule's triangular solves) or skips some (a product of a constant) says so here."""
+        return 0
+
     def gemm(self) -> tuple[int, int, int] | None:
         """The (m, k, n) of the GEMM one weight matrix runs (a timed profile's shape), or None: no weight GEMM."""
         return self._missing("gemm")

@@ -60,6 +60,8 @@ class FlopCounts:
     # forward FLOPs of the matmuls whose input is the model's input itself (a patch embedding's images): their backward
     # is the weight gradient alone, the images needing none
     input_leaf: int = 0
+    # FLOPs the records' backward runs beyond 2 x their forward (Record.backward_extra: the gated delta rule's solves)
+    backward_extra: int = 0
 
     @property
     def forward(self) -> int:
@@ -67,7 +69,7 @@ class FlopCounts:
 
     @property
     def backward(self) -> int:
-        return BACKWARD_FACTOR * self.forward - self.input_leaf
+        return BACKWARD_FACTOR * self.forward - self.input_leaf + self.backward_extra
 
     @property
     def train_step(self) -> int:
@@ -101,13 +103,14 @@ class MacCounts:
 
     components: Breakdown
     input_leaf: int = 0  # as FlopCounts.input_leaf, in multiply-adds
+    backward_extra: int = 0  # as FlopCounts.backward_extra, in multiply-adds
 
     @property
     def forward(self) -> int:
         return self.components.total
 
     def to_dict(self) -> dict:
-        backward = BACKWARD_FACTOR * self.forward - self.input_leaf
+        backward = BACKWARD_FACTOR * self.forward - self.input_leaf + self.backward_extra
         return {"forward": self.forward, "backward": backward, "train_step": self.forward + backward,
                 "components": self.components.to_dict()}
 
@@ -262,7 +265,8 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
     # a matmul of constants (role "constant": Mllama's tile mask) has no backward at all
     leaf = sum(n * sum(op.forward().values()) * (2 if op.role == "constant" else 1)
                for op, n in inv if op.role in ("patch", "features", "constant"))
-    result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed, leaf)
+    extra = sum(n * op.backward_extra() for op, n in inv)
+    result_flops = FlopCounts(fwd, forward_causal, inv.workload.tokens, forward_windowed, leaf, extra)
     published = estimates.published(
         spec, inv.workload,
         n_non_embedding=active - embedding,
@@ -271,7 +275,7 @@ def count(spec: ModelSpec, workload: Workload | None = None, adapters=None) -> C
         train_step=result_flops.train_step,
     )
     tuned = None if adapters is None else finetune(inv, adapters, p.total)
-    return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved(), leaf // 2), published,
+    return CountResult(spec, result_params, result_flops, MacCounts(fwd.halved(), leaf // 2, extra // 2), published,
                        folds.non_matmul(inv), estimates.crossover(spec, inv), inv, tuned)
 
 

@@ -83,9 +83,37 @@ def flop_counter_forward(model: torch.nn.Module, inputs: tuple, repeats: dict[st
     return _by_component(*scaled(_per_module(model, counter), counter.get_total_flops(), repeats))
 
 
+NOTE_FLOP_COUNTER_GROUPED_CONV = ("FlopCounterMode's convolution_backward formula ignores `groups` in the weight "
+                                  "gradient (it counts a depthwise convolution's weight gradient channels times over): "
+                                  "the train step counts it divided by groups (grouped_conv_backward_flop)")
+
+
+# torch's formula on shapes (register_flop_formula keeps the shape-taking function as __wrapped__)
+_torch_conv_backward = getattr(flop_counter.conv_backward_flop, "__wrapped__", flop_counter.conv_backward_flop)
+
+
+def grouped_conv_backward_flop(grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed,
+                               output_padding, groups, output_mask, out_shape, **kwargs) -> int:
+    """torch's conv_backward_flop with the weight gradient's term divided by `groups`. torch counts that term as a
+    convolution of the input [C_in, b, ...] by grad_out [C_out, b, ...] (both transposed), all C_in x C_out channel
+    pairs, while a grouped convolution pairs each output channel with C_in / groups inputs only: a depthwise
+    convolution [b, C, s] -> [b, C, n] of K taps has a weight gradient of 2 b n C K FLOPs (what its forward costs),
+    which torch counts as 2 b n C^2 K. The input gradient's term is right (it reads the weight's [C_out, C_in /
+    groups, K] shape) and is left as torch counts it."""
+    whole = _torch_conv_backward(grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed,
+                                 output_padding, groups, output_mask, out_shape)
+    if not (output_mask[1] and groups > 1):
+        return whole
+    data = _torch_conv_backward(grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed,
+                                output_padding, groups, [output_mask[0], False, False], out_shape)
+    return data + (whole - data) // groups
+
+
 def flop_counter_train_step(model: torch.nn.Module, inputs: tuple, repeats: dict[str, int] | None = None) -> int:
-    """FLOPs of forward + backward (loss = sum of every output), as FlopCounterMode counts them."""
-    with FlopCounterMode(display=False) as counter:
+    """FLOPs of forward + backward (loss = sum of every output), as FlopCounterMode counts them, but for a grouped
+    convolution's weight gradient, counted with its groups (grouped_conv_backward_flop)."""
+    with FlopCounterMode(display=False,
+                         custom_mapping={torch.ops.aten.convolution_backward: grouped_conv_backward_flop}) as counter:
         out = model(*inputs)
         outputs = out if isinstance(out, tuple) else (out,)
         sum(o.sum() for o in outputs).backward()

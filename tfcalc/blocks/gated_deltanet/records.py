@@ -81,6 +81,18 @@ class DeltaRule(Record):
             return {}
         return {self.component: self._chunked(self.value_heads, self.padded)}
 
+    def backward_extra(self) -> int:
+        """The chunked rule's backward beyond 2 x its forward, as autograd runs torch_chunk_gated_delta_rule: each
+        triangular solve X = A \\ B (FlopCounterMode counts the solves 0) adds, for A's gradient, the matmul
+        -(A^-T dX) X^T, [C, d] @ [d, C]: 2 P C (dk + dv) per head; and two products need fewer gradients than their
+        forward's 2 x: the first chunk's k_cumdecay @ S and q @ S read the zero initial state, which needs none (2 x
+        2 C dk dv less), and the last chunk's state update k^T @ v_new is never read (its 4 C dk dv not run):
+        b H (2 P C (dk + dv) - 8 C dk dv) (docs/formulas.md). The recurrent form (inference only) has none."""
+        if not self.s or self.recurrent:
+            return 0
+        C, dk, dv = self.chunk, self.key_head_dim, self.value_head_dim
+        return self.b * self.value_heads * (2 * self.padded * C * (dk + dv) - 8 * C * dk * dv)
+
     def useful(self) -> int:
         """The chunked matmuls over the s positions only (a kernel that does not pad the last chunk)."""
         return 0 if self.recurrent else self._chunked(self.value_heads, self.s)
