@@ -147,7 +147,8 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
         train_row = TrainRow(result.flops.train_step, counters.flop_counter_train_step(model, inputs, repeats))
         notes.append("train step: counted with the explicit-matmul attention path; SDPA's backward kernels "
                      "recompute q k^T (FlopCounterMode counts 5 bmm where autograd of the explicit path has 4)")
-        notes.append(counters.NOTE_FLOP_COUNTER_GROUPED_CONV)
+        if any(getattr(m, "groups", 1) > 1 for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)):
+            notes.append(counters.NOTE_FLOP_COUNTER_GROUPED_CONV)  # only where a grouped convolution is counted
     routing = ""
     if spec.is_moe:
         routing = ("deterministic round robin (meta has no data): token t's j-th slot t*k+j goes to expert "
