@@ -153,13 +153,22 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
                ("test_towers_whole", "CLIP_L14", "clip-vit-l14"),
                ("test_more_pins", "SO400M", "siglip-so400m"),
                ("test_more_pins", "VIT_B16", "vit-b16"),
-               ("test_more_pins", "VIT_L16", "vit-l16"))
+               ("test_more_pins", "VIT_L16", "vit-l16"),
+               ("test_qwen3_vl_whole", "QWEN3_VL_8B", "qwen3-vl-8b"),
+               ("test_voxtral_whole", "MINI", "voxtral-mini-3b"))
     if quick:
         return out
     for module, attr, preset in singles:
         put(preset, getattr(_tests_module(module), attr), f"tests/{module}.py {attr}")
     gpt_oss = _tests_module("test_hf_gpt_oss")  # the published config with its depth and experts per size
     put("gpt-oss-20b", gpt_oss._published(24, 32), "tests/test_hf_gpt_oss.py _published(24, 32)")
+    wrappers = json.loads((ROOT / "tests" / "data" / "wrapper_configs.json").read_text())
+    put("qwen2.5-vl-7b", wrappers["qwen2.5-vl-7b-instruct"]["config"],
+        "tests/data/wrapper_configs.json ['qwen2.5-vl-7b-instruct']")
+    pixtral = _tests_module("test_pixtral_whole")  # Mistral Small 3's outer config with 3.1's vision tower
+    put("mistral-small-3.1-24b", {**wrappers["mistral-small-3-24b"]["config"],
+                                  "vision_config": pixtral.MISTRAL_SMALL_31_VISION},
+        "tests/data/wrapper_configs.json ['mistral-small-3-24b'] + tests/test_pixtral_whole.py MISTRAL_SMALL_31_VISION")
     whole = ROOT / "tests" / "data" / "gemma4_31b_config.json"  # gemma4-31b is whole: its published config whole
     put("gemma4-31b", json.loads(whole.read_text()), "tests/data/gemma4_31b_config.json")
     gemma4 = _tests_module("test_hf_gemma4")
