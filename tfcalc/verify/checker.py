@@ -147,6 +147,8 @@ def check(spec: ModelSpec, device: str = "meta", train: bool = False,
         train_row = TrainRow(result.flops.train_step, counters.flop_counter_train_step(model, inputs, repeats))
         notes.append("train step: counted with the explicit-matmul attention path; SDPA's backward kernels "
                      "recompute q k^T (FlopCounterMode counts 5 bmm where autograd of the explicit path has 4)")
+        # a module whose `explicit` form drops a recomputation says so (Mamba2's checkpointed scan)
+        notes += [n for n in dict.fromkeys(getattr(m, "train_note", "") for m in model.modules()) if n]
         if any(getattr(m, "groups", 1) > 1 for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)):
             notes.append(counters.NOTE_FLOP_COUNTER_GROUPED_CONV)  # only where a grouped convolution is counted
     routing = ""

@@ -5,9 +5,11 @@ conv and the scan start from zero states (only shapes count).
 In a train step it keeps for backward what the fused kernels keep (mamba_ssm's mamba_chunk_scan_combined and its
 gated RMSNorm), not the eager scan's dozens of fp32 intermediates: the chunked scan runs under torch.utils.checkpoint
 (it keeps its inputs x, dt, B and C and recomputes itself in backward) and the gated norm is one autograd function
-keeping y, z and the fp32 rstd per group. Same ops, same matmul FLOPs; the scan computes in fp32 as transformers'
-mamba2_chunk_scan does (x, B, C and dt cast up) and hands y back in the activations' dtype, unpadded and
-contiguous (as the fused kernel does), so that no view keeps the padded fp32 output alive."""
+keeping y, z and the fp32 rstd per group. Same ops, same forward matmul FLOPs; the scan computes in fp32 as
+transformers' mamba2_chunk_scan does (x, B, C and dt cast up) and hands y back in the activations' dtype, unpadded
+and contiguous (as the fused kernel does), so that no view keeps the padded fp32 output alive. The checkpoint runs
+the scan's forward once more in backward (one more forward's bmm FLOPs): a FLOP check of the train step sets the
+scan's `explicit` and counts autograd of the eager scan, as transformers' torch path runs it (2 x its forward)."""
 
 from __future__ import annotations
 
@@ -65,18 +67,25 @@ class Scan(nn.Module):
     """The SSD scan: A_log, D and dt_bias [h]; x [b, s, h, p], dt [b, s, h], B and C [b, s, g, n] -> y [b, s, h, p].
     Chunked over a sequence (mamba2_chunk_scan), recurrent for one token after a state (selective_state_update)."""
 
+    train_note = ("train step: Mamba2's scan without its checkpoint (the reference's memory form recomputes the "
+                  "scan's forward in backward, one more forward's bmm FLOPs; transformers' eager scan does not)")
+
     def __init__(self, heads: int, head_dim: int, d_state: int, groups: int, chunk: int):
         super().__init__()
         self.A_log = nn.Parameter(torch.zeros(heads))
         self.D = nn.Parameter(torch.ones(heads))
         self.dt_bias = nn.Parameter(torch.zeros(heads))
         self.head_dim, self.d_state, self.groups, self.chunk = head_dim, d_state, groups, chunk
+        # True: autograd of the eager scan, no checkpoint (what transformers' torch path runs, each einsum's backward
+        # its two bmm, 2 x its forward). False (a memory check): the checkpointed scan, which runs its forward again
+        # in backward, one more forward's FLOPs. check(train=True) sets it, as it sets attention's `explicit`.
+        self.explicit = False
 
     def forward(self, x, dt, B, C, context: int = 0) -> torch.Tensor:
         if context and x.shape[1] == 1:
             A = -torch.exp(self.A_log.float())
             return self.step(x, F.softplus(dt + self.dt_bias), A, B, C)
-        if saving(x, self.A_log):  # keeps x, dt, B, C (views of tensors kept anyway); recomputed in backward
+        if saving(x, self.A_log) and not self.explicit:  # keeps x, dt, B, C (views kept anyway); recomputed in backward
             return checkpoint(self.chunked, x, dt, B, C, use_reentrant=False, preserve_rng_state=False)
         return self.chunked(x, dt, B, C)
 
