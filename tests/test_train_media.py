@@ -170,6 +170,8 @@ def test_a_multimodal_models_token_carries_its_towers_and_projector(vlm, images)
     vision = count(select(spec, "vision"), tower_workload(spec, "vision", step)).flops  # every image's 197 tokens
     projector = 2 * images * 196 * 768 * 768  # matmul(196 patches per image, 768, 768), the class token dropped
     assert text.train_step == 3 * text.forward  # token ids need no input gradient to skip
+    # ViTModel less its pooler's matmul(1, 768, 768)
+    assert vision.forward == images * (VIT_B16_FORWARD - 2 * 768 * 768)
     assert vision.train_step == 3 * vision.forward - images * VIT_B16_PATCH
     assert b.flops_per_token * 1024 == text.train_step + vision.train_step + 3 * projector
     causal = 3 * (text.forward - text.forward_causal)  # the language model's triangle; the tower sees every pair
@@ -270,7 +272,8 @@ def test_chinchilla_still_sizes_a_multimodal_models_language_model():
     (lambda: training_budget(_vit_model(), samples=1, workload=Workload(phase="prefill", seq_len=197)),
      "workload.phase='prefill': a training budget counts train steps"),
     (lambda: training_budget(_vit_model(), samples=1, workload="224"), "workload='224': expected a tfcalc.Workload"),
-    (lambda: mfu_of_run(_vit_model(), 100.0, 8, H100_BF16), "tokens_per_second=100.0: vit-b16.s throughput .* \\(samples_per_second\\)"),
+    (lambda: mfu_of_run(_vit_model(), 100.0, 8, H100_BF16),
+     r"tokens_per_second=100.0: vit-b16.s throughput .* \(samples_per_second\)"),
     (lambda: mfu_of_run(load_preset("gpt2"), None, 8, H100_BF16, samples_per_s=1.0), "samples_per_second=1.0: gpt2"),
     (lambda: mfu_of_run(_vit_model(), None, 8, H100_BF16), "samples_per_second=None: expected a positive number"),
 ])

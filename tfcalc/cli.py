@@ -1608,7 +1608,9 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
               lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Training budget: FLOPs for D tokens from the exact count, time and cost on K GPUs, a run's MFU, or the
-    compute-optimal size for a FLOP budget. With --lora-rank: fine-tuning adapters on the frozen model."""
+    compute-optimal size for a FLOP budget. A model of images, a dual encoder or a model of audio: --samples N
+    images, pairs or clips; a multimodal model: D text tokens, each sequence with its --images and --audio-seconds.
+    With --lora-rank: fine-tuning adapters on the frozen model."""
     from .plan.train import UNITS, budget_unit, mfu_of_run, training_budget
 
     tuned = adapters(lora_rank, lora_targets, dora)
@@ -1682,7 +1684,8 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
     timed = [f for f, value in (("--gpus", gpus), ("--gpu", gpu), ("--mfu", mfu)) if value is not None]
     if amount is not None and timed and rate is None and len(timed) < 3:
         missing = [f for f in ("--gpus", "--gpu", "--mfu") if f not in timed]
-        raise TfcalcError(f"{', '.join(timed)}: the time for {budget_flag[:-2]} needs --gpus, --gpu and --mfu together; "
+        raise TfcalcError(f"{', '.join(timed)}: the time for {budget_flag[:-2]} needs --gpus, --gpu and --mfu "
+                          "together; "
                           f"missing {' and '.join(missing)}")
     if amount is None and mfu is not None:
         raise TfcalcError(f"--mfu {mfu}: it times {budget_flag}; {rate_flag} measures a run's MFU itself")

@@ -634,7 +634,8 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
                      f"model FLOPs per {per} ({step}) x {per}s/s over the GPUs' dense datasheet peak",
                      right={1, 2}, optional=[2])
     on = {"token": f"sequences of {b.spec.seq_len:,} tokens", "image": "each image",
-          "pair": f"contrastive batches of {b.workload.batch_size:,} pairs", "clip": "each clip"}[unit]
+          "pair": (f"contrastive batches of {b.workload.batch_size:,} pair{'s' if b.workload.batch_size != 1 else ''}"
+                   " (--batch-size; the batch x batch logits)"), "clip": "each clip"}[unit]
     caption = (f"{step if tuned else 'train step = 3 x forward' + leaf} on {on}; time from the causal figure "
                "(what a fused attention kernel computes) at the MFU given, against the GPU's dense datasheet peak"
                + ("; 6ND beside it" if b.six_nd is not None else "") + " (docs/planning.md).")
