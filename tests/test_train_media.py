@@ -11,6 +11,8 @@ import pytest
 import torch
 import transformers
 from hf_oracle import hf_config, write
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
@@ -192,6 +194,53 @@ def test_clip_per_pair_carries_its_share_of_the_contrastive_logits():
         training_budget(spec, samples=1, workload=Workload(batch_size=4, seq_len=77, images=1))
 
 
+TINY_CLIP = {"model_type": "clip", "projection_dim": 24,
+             "text_config": {"model_type": "clip_text_model", "vocab_size": 97, "hidden_size": 16,
+                             "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                             "max_position_embeddings": 12},
+             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 24, "intermediate_size": 48,
+                               "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 16, "patch_size": 8}}
+
+
+def test_a_tiny_clips_contrastive_batch_is_what_flopcountermode_counts_on_transformers(tmp_path):
+    spec = read_hf_config(write(tmp_path, TINY_CLIP)).spec
+    model = _eager(transformers.CLIPModel, TINY_CLIP)
+    # a contrastive batch of 3 pairs: 3 texts of 12 tokens, 3 images of 16 x 16 (2 x 2 patches and the class token)
+    with FlopCounterMode(display=False) as counter:
+        out = model(input_ids=torch.randint(97, (3, 12)), pixel_values=torch.randn(3, 3, 16, 16))
+        out.logits_per_image.sum().backward()  # every tower's output reaches the logits: the whole backward
+    b = training_budget(spec, samples=10**6, workload=Workload(batch_size=3, seq_len=12, images=3))
+    assert b.unit == "pair" and 3 * b.flops_per_token == counter.get_total_flops()
+
+
+QWEN2_5_VL = {"model_type": "qwen2_5_vl",
+              "text_config": {"model_type": "qwen2_5_vl_text", "vocab_size": 300, "hidden_size": 32,
+                              "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "num_key_value_heads": 2, "max_position_embeddings": 128,
+                              "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]}},
+              "vision_config": {"model_type": "qwen2_5_vl_vision", "depth": 2, "hidden_size": 32,
+                                "intermediate_size": 40, "out_hidden_size": 32, "num_heads": 2, "patch_size": 2,
+                                "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 8,
+                                "fullatt_block_indexes": [1]},
+              "image_token_id": 299, "video_token_id": 298, "vision_start_token_id": 297}
+
+
+def test_a_tiny_qwen2_5_vls_sequence_is_what_flopcountermode_counts_on_transformers(tmp_path):
+    spec = read_hf_config(write(tmp_path, QWEN2_5_VL)).spec
+    model = _eager(transformers.Qwen2_5_VLForConditionalGeneration, QWEN2_5_VL)
+    # one sequence of 40 tokens with one 16 x 24 image: 8 x 12 patches of 2 (the processor's rows of C x T x p x p =
+    # 3 x 2 x 2 x 2 pixels), merged 2 x 2 into 24 image tokens of the prompt
+    ids = torch.randint(290, (1, 40))
+    ids[0, 4], ids[0, 5:29] = 297, 299  # vision_start, then the image's 24 tokens
+    with FlopCounterMode(display=False) as counter:
+        out = model(input_ids=ids, pixel_values=torch.randn(96, 24), image_grid_thw=torch.tensor([[1, 8, 12]]),
+                    use_cache=False)
+        out.logits.sum().backward()
+    b = training_budget(spec, tokens=10**9, workload=Workload(seq_len=40, images=1, image_size=(16, 24)))
+    assert b.unit == "token" and 40 * b.flops_per_token == counter.get_total_flops()
+    assert b.flops == 10**9 * counter.get_total_flops() // 40
+
+
 def _json(args):
     out = runner.invoke(app, ["train", *args, "--json"])
     assert out.exit_code == 0, out.output
@@ -280,3 +329,30 @@ def test_chinchilla_still_sizes_a_multimodal_models_language_model():
 def test_api_refusals(call, message):
     with pytest.raises(TfcalcError, match=message):
         call()
+
+
+MEDIA_FLAGS = {"--samples": ["1M", "0", "1.5", "abc"], "--tokens": ["1T"], "--samples-per-second": ["3000", "-1"],
+               "--tokens-per-second": ["1e6"], "--image-size": ["224", "448", "230", "0"], "--images": ["0", "2"],
+               "--audio-seconds": ["10", "0.005", "x"], "--gpus": ["8"], "--gpu": ["h100-sxm"], "--mfu": ["0.4"],
+               "--price": ["2"], "--flops-budget": ["1e23"], "--tower": ["text", "vision"], "-B": ["2"],
+               "-N": ["512"], "--recompute": ["full"], "--lora-rank": ["8"]}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.sampled_from(["vit-b16", "whisper-large-v3", "clip-vit-l14", "qwen2.5-vl-7b", "voxtral-mini-3b", "gpt2"]),
+       st.lists(st.sampled_from(sorted(MEDIA_FLAGS)), min_size=1, max_size=4, unique=True), st.randoms())
+def test_train_media_flags_together_budget_or_refuse_in_one_line(preset, flags, rnd):
+    args = ["train", "-p", preset]
+    for flag in flags:
+        args += [flag, rnd.choice(MEDIA_FLAGS[flag])]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exception is None or isinstance(r.exception, SystemExit), (args, repr(r.exception))
+    assert r.exit_code in (0, 2), (args, r.exit_code, r.output)
+    if r.exit_code == 2:
+        (line,) = r.output.strip().splitlines()
+        assert line.startswith("tfcalc: error: "), (args, line)
+        return
+    data = json.loads(r.output)
+    for key in ("flops", "flops_causal", "hardware_flops"):
+        if key in data:
+            assert isinstance(data[key], int) and data[key] > 0, (args, key, data[key])
