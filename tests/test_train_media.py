@@ -338,7 +338,7 @@ MEDIA_FLAGS = {"--samples": ["1M", "0", "1.5", "abc"], "--tokens": ["1T"], "--sa
                "-N": ["512"], "--recompute": ["full"], "--lora-rank": ["8"]}
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(st.sampled_from(["vit-b16", "whisper-large-v3", "clip-vit-l14", "qwen2.5-vl-7b", "voxtral-mini-3b", "gpt2"]),
        st.lists(st.sampled_from(sorted(MEDIA_FLAGS)), min_size=1, max_size=4, unique=True), st.randoms())
 def test_train_media_flags_together_budget_or_refuse_in_one_line(preset, flags, rnd):

@@ -330,10 +330,12 @@ AudioSecondsOpt = Annotated[Optional[str], typer.Option("--audio-seconds", metav
     "(30 s), each window's tokens, merged by its projector, among the language model's --seq-len."))]
 
 
-def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool = False) -> None:
+def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool = False,
+                 images: bool = False) -> None:
     """The plans (memory, infer, train, profile) take models of tokens for now: a model of images or of audio is
     refused by name; a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU).
-    `step`: a train step's memory, which takes them all (data parallelism and ZeRO)."""
+    `step`: a train step's memory, which takes them all (data parallelism and ZeRO); `images`: a plan that takes a
+    model of images (profile: the reference model on the model's own image size)."""
     if step:
         return
     if spec.towers and not towers:
@@ -344,11 +346,12 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool
                           "beside its language "
                           f"model; {command} plans one tower for now: --tower text plans the language model (count, "
                           "check, inference memory and infer take the whole model)")
-    if spec.inputs != "tokens":
+    if spec.inputs != "tokens" and not (images and spec.inputs == "images"):
         flags = "--image-size and --images" if spec.inputs == "images" else "--audio-seconds"
         train = " (memory --phase train plans its train step)" if command == "memory" else ""
+        what = "models of tokens and of images" if images else "models of tokens"
         raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of {spec.inputs} (inputs='{spec.inputs}'); "
-                          f"{command} plans models of tokens for now{train} (count and check take {flags})")
+                          f"{command} plans {what} for now{train} (count and check take {flags})")
 
 
 _TRAINING = "Training (any of these plans a train step: memory per GPU)"
@@ -1061,7 +1064,7 @@ def profile_cmd(
 
     specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]
              for n in lens]
-    _tokens_only(specs[0], "profile")  # one model at several lengths
+    _tokens_only(specs[0], "profile", images=True)  # one model at several lengths
     if device is None and resolve_device(None).type == "cpu":
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []

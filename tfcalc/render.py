@@ -1171,6 +1171,10 @@ def profile_lines(result) -> list[str]:
     lines = [f"{result.spec.label}: {describe(result.spec)}",
              f"device: {result.device} ({result.device_name}), dtype {result.dtype}, mode {result.mode}"
              f"{', torch.compile' if result.compiled else ''}"]
+    if result.spec.inputs == "images":  # the model's own image size, the batch its images
+        from .arch import default_workload
+
+        lines.append(f"workload: {describe_workload(default_workload(result.spec), result.spec)}")
     if result.cpu_allocator:
         lines.append(f"allocator: {result.cpu_allocator}")
     if result.layers_profiled:
@@ -1186,6 +1190,7 @@ def profile_table(result) -> Table:
     rows = [
         ["time per step", f"{seconds(t.median)} (min {seconds(t.min)}, max {seconds(t.max)}, {t.repeats} runs)"],
         ["tokens/s", f"{result.tokens_per_s:,.0f}"],
+        *([["images/s", f"{result.images_per_s:,.1f}"]] if result.images_per_s is not None else []),
         ["FLOPs per step (analytic)", f"{exact(result.flops)} ({sci(result.flops)})"],
         ["achieved", rate(result.achieved_flops_per_s)],
     ]
