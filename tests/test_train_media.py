@@ -275,8 +275,12 @@ def test_cli_audio_and_multimodal(vlm):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-p", "vit-b16", "--tokens", "1e9"], "--tokens 1e+09: vit-b16 is a model of images; its budget is in images: "
+    (["-p", "vit-b16", "--tokens", "1e9"], "--tokens 1000000000: vit-b16 is a model of images; its budget is in images: "
                                            "--samples N"),
+    (["-p", "vit-b16", "--tokens", "9" * 400], "--tokens " + "9" * 400 + ": vit-b16 is a model of images"),
+    (["-p", "vit-b16", "--samples-per-second", "3e3", "--gpus", "8"], "--mfu and --samples-per-second need --gpu"),
+    (["-p", "vit-b16", "--samples", "1e9", "--gpus", "8"], "--gpus: the time for --samples needs --gpus, --gpu and "
+                                                          "--mfu together"),
     (["-p", "vit-b16", "--samples", "1e9", "--images", "8"], "--images 8: vit-b16's --samples N are its images"),
     (["-p", "vit-b16", "--samples", "1e9", "-B", "8"], "--batch-size 8: train counts --samples N images"),
     (["-p", "vit-b16", "--samples", "1e9", "--image-size", "230"], "--image-size 230: not a multiple of vit-b16's"),
@@ -291,14 +295,14 @@ def test_cli_audio_and_multimodal(vlm):
                                                                            "reads audio"),
     (["-p", "clip-vit-l14", "--samples", "1e6", "--images", "2"], "--images 2: clip-vit-l14's --samples N are its "
                                                                   "image-text pairs"),
-    (["-p", "clip-vit-l14", "--tokens", "1e6"], "--tokens 1e+06: clip-vit-l14 is a dual encoder"),
+    (["-p", "clip-vit-l14", "--tokens", "1e6"], "--tokens 1000000: clip-vit-l14 is a dual encoder"),
     (["-p", "qwen2.5-vl-7b", "--flops-budget", "1e23"], "qwen2.5-vl-7b has vision tower beside its language model "
                                                         "(--tower text sizes the language model alone)"),
-    (["-p", "qwen2.5-vl-7b", "--samples", "1e6"], "--samples 1e+06: qwen2.5-vl-7b is a model of tokens"),
+    (["-p", "qwen2.5-vl-7b", "--samples", "1e6"], "--samples 1000000: qwen2.5-vl-7b is a model of tokens"),
     (["-p", "qwen2.5-vl-7b", "--tower", "text", "--tokens", "1e9", "--images", "2"], "--images 2: qwen2.5-vl-7b"),
     (["-p", "gpt2", "--tokens", "1e9", "--image-size", "224"], "--image-size 224: gpt2 reads tokens, not images"),
     (["-p", "gpt2", "--tokens", "1e9", "--audio-seconds", "3"], "--audio-seconds 3: gpt2 reads tokens, not audio"),
-    (["-p", "gpt2", "--samples", "1e9"], "--samples 1e+09: gpt2 is a model of tokens; its budget is --tokens D"),
+    (["-p", "gpt2", "--samples", "1e9"], "--samples 1000000000: gpt2 is a model of tokens; its budget is --tokens D"),
     (["--flops-budget", "1e21", "--images", "2"], "--images is not used there"),
 ])
 def test_cli_refusals(args, message):
@@ -356,3 +360,14 @@ def test_train_media_flags_together_budget_or_refuse_in_one_line(preset, flags, 
     for key in ("flops", "flops_causal", "hardware_flops"):
         if key in data:
             assert isinstance(data[key], int) and data[key] > 0, (args, key, data[key])
+
+
+def test_a_long_count_keeps_every_digit():
+    # decimal's default context keeps 28 digits: 12345678901234567890123456789012 read as ...6790000 before
+    assert _json(["-p", "gpt2", "--tokens", "12345678901234567890123456789012"])["tokens"] == \
+        12345678901234567890123456789012
+    assert _json(["-p", "vit-b16", "--samples", "1234567890123456789012345678901.2K"])["samples"] == \
+        1234567890123456789012345678901200
+    for flag, preset in (("--tokens", "gpt2"), ("--samples", "vit-b16")):
+        out = runner.invoke(app, ["train", "-p", preset, flag, "1e999999T"])  # was decimal.Overflow's traceback
+        assert out.exit_code == 2 and "expected a finite number of" in out.output and "Traceback" not in out.output

@@ -1529,16 +1529,19 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
 
 def _tokens(text: str, what: str = "tokens") -> int:
     """A token count: 15_600_000_000_000, 15.6T, 2e12, 300B (K, M, B or G, T: 10^3 ... 10^12), exactly."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import Decimal, InvalidOperation, localcontext
 
     scale = {"K": 3, "M": 6, "B": 9, "G": 9, "T": 12}.get(text[-1:].upper(), 0)
     digits = text[:-1] if scale else text
     try:
-        value = Decimal(digits.replace("_", "")) * 10**scale
+        value = Decimal(digits.replace("_", ""))
     except InvalidOperation:
         raise typer.BadParameter(f"{text!r} is not a number of {what} (15600000000000, 15.6T, 2e12)") from None
-    if not value.is_finite() or len(digits) > MAX_DIGITS or value.adjusted() >= MAX_DIGITS:
+    if not value.is_finite() or len(digits) > MAX_DIGITS or value.adjusted() + scale >= MAX_DIGITS:
         raise typer.BadParameter(f"{text!r}: expected a finite number of {what}, at most {MAX_DIGITS} digits")
+    with localcontext() as exact:  # every digit kept: the default context's 28 would round a long count
+        exact.prec = 2 * MAX_DIGITS
+        value = value.scaleb(scale)
     if value != value.to_integral_value() or value < 1:
         raise typer.BadParameter(f"{text!r}: expected a whole, positive number of {what}")
     return int(value)
@@ -1735,6 +1738,11 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                          if tuned else []))
 
 
+def _as_typed(value: int | float) -> str:
+    """A count as its integer (any size: no float of it), a rate as a float."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 _A_MODEL = {"image": "a model of images", "pair": "a dual encoder of images and texts", "clip": "a model of audio"}
 
 
@@ -1748,12 +1756,12 @@ def _train_budget(spec: ModelSpec, unit: str, tokens, tokens_per_second, samples
     if unit == "token":
         for flag, value in (("--samples", samples), ("--samples-per-second", samples_per_second)):
             if value is not None:
-                raise TfcalcError(f"{flag} {value:g}: {spec.label} is a model of tokens; its budget is --tokens D "
-                                  "(its throughput --tokens-per-second)")
+                raise TfcalcError(f"{flag} {_as_typed(value)}: {spec.label} is a model of tokens; its budget is "
+                                  "--tokens D (its throughput --tokens-per-second)")
     else:
         for flag, value in (("--tokens", tokens), ("--tokens-per-second", tokens_per_second)):
             if value is not None:
-                raise TfcalcError(f"{flag} {value:g}: {spec.label} is {_A_MODEL[unit]}; its budget is in "
+                raise TfcalcError(f"{flag} {_as_typed(value)}: {spec.label} is {_A_MODEL[unit]}; its budget is in "
                                   f"{UNITS[unit]}: --samples N (its throughput --samples-per-second)")
         if images is not None and unit != "clip":  # a model of audio refuses it as count does (workload_for)
             what = ("the pairs of its contrastive batch are --batch-size (one image per text)" if unit == "pair" else
