@@ -199,3 +199,53 @@ def test_out_of_memory_becomes_a_message(monkeypatch):
     monkeypatch.setattr(profile_runner, "time_interleaved", oom)
     with pytest.raises(TfcalcError, match="CUDA ran out of memory in a forward step although the estimate"):
         profile(TINY, device="cpu", warmup=0, repeat=1)
+
+
+# A model of images: a ViT of 2 blocks, D = 32, on 2 images of 32 x 32 (4 x 4 patches of 8, and the class token)
+VIT = ModelSpec(n_layers=2, d_model=32, n_heads=4, seq_len=17, batch_size=2, causal=False, lm_head=False,
+                inputs="images", kinds={"patch_embedding": {"image_size": 32, "patch_size": 8}})
+
+
+@pytest.mark.parametrize("mode", ["forward", "train"])
+def test_a_model_of_images_is_timed_on_its_images(mode):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tfcalc.reference import build_model, example_inputs
+
+    r = profile(VIT, device="cpu", mode=mode, warmup=0, repeat=2)
+    d = r.to_dict()
+    forward = count(VIT).flops.forward
+    # the patch embedding: matmul(2 images x 16 patches, 3 x 8 x 8, 32); in a train step its backward is the weight
+    # gradient alone, the images needing none
+    patch = 2 * (2 * 16) * 192 * 32
+    assert d["flops"] == (forward if mode == "forward" else 3 * forward - patch)
+    # what the timed step runs: the reference model's step, under FlopCounterMode, on its explicit-matmul attention
+    # path (the timed model calls SDPA, whose CPU kernel FlopCounterMode has no formula for: the same model FLOPs)
+    model = build_model(VIT, "cpu", torch.float32, explicit_attention=True)
+    with FlopCounterMode(display=False) as counter:
+        profile_runner._step(model, example_inputs(VIT, "cpu"), mode)()
+    assert counter.get_total_flops() == d["flops"]
+    assert d["images_per_s"] == pytest.approx(2 / d["time_s"]["median"])
+    assert d["tokens_per_s"] == pytest.approx(2 * 17 / d["time_s"]["median"])
+    assert d["achieved_flops_per_s"] == pytest.approx(d["flops"] / d["time_s"]["median"])
+    assert d["flops_causal"] is None  # bidirectional
+    # the matmuls at their own rates: forward's prediction scaled by the step's FLOPs (not 3 x for a ViT's train step)
+    assert d["predicted_time_by_shape_s"] > 0
+
+
+def test_profile_of_a_model_of_images_on_the_command_line(tmp_path):
+    path = tmp_path / "vit.toml"
+    path.write_text('name = "tiny-vit"\n[model]\nn_layers = 2\nd_model = 32\nn_heads = 4\nseq_len = 17\n'
+                    'causal = false\nlm_head = false\ninputs = "images"\n[model.kinds.patch_embedding]\n'
+                    'image_size = 32\npatch_size = 8\n')
+    r = runner.invoke(app, ["profile", "--spec", str(path), "--device", "cpu", "--repeat", "1", "--warmup", "0",
+                            "-B", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["images_per_s"] == pytest.approx(3 / d["time_s"]["median"])
+    table = runner.invoke(app, ["profile", "--spec", str(path), "--device", "cpu", "--repeat", "1", "--warmup", "0"],
+                          env={"COLUMNS": "160"})
+    assert table.exit_code == 0 and "workload: train: 1 image of 32x32, 17 tokens each" in table.output
+    assert "images/s" in table.output
+    audio = runner.invoke(app, ["profile", "-p", "whisper-large-v3", "--device", "cpu"])
+    assert audio.exit_code == 2 and "profile plans models of tokens and of images for now" in audio.output

@@ -159,9 +159,8 @@ def test_cli_refusals(toml, args, message):
     assert out.exit_code == 2 and message in out.output, out.output
 
 
-@pytest.mark.parametrize("command", [["train", "--tokens", "1e9"], ["profile"]])
-def test_training_plans_take_one_tower(toml, command):
-    out = runner.invoke(app, [*command, "--spec", str(toml)])
+def test_profile_takes_one_tower(toml):  # train takes the whole model: tests/test_train_media.py
+    out = runner.invoke(app, ["profile", "--spec", str(toml)])
     assert out.exit_code == 2 and "--tower text plans the language model" in out.output, out.output
 
 

@@ -330,10 +330,12 @@ AudioSecondsOpt = Annotated[Optional[str], typer.Option("--audio-seconds", metav
     "(30 s), each window's tokens, merged by its projector, among the language model's --seq-len."))]
 
 
-def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool = False) -> None:
+def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool = False,
+                 images: bool = False) -> None:
     """The plans (memory, infer, train, profile) take models of tokens for now: a model of images or of audio is
     refused by name; a multimodal model (towers) only where `towers` says the plan takes it (inference on one GPU).
-    `step`: a train step's memory, which takes them all (data parallelism and ZeRO)."""
+    `step`: a train step's memory, which takes them all (data parallelism and ZeRO); `images`: a plan that takes a
+    model of images (profile: the reference model on the model's own image size)."""
     if step:
         return
     if spec.towers and not towers:
@@ -344,11 +346,12 @@ def _tokens_only(spec: ModelSpec, command: str, towers: bool = False, step: bool
                           "beside its language "
                           f"model; {command} plans one tower for now: --tower text plans the language model (count, "
                           "check, inference memory and infer take the whole model)")
-    if spec.inputs != "tokens":
+    if spec.inputs != "tokens" and not (images and spec.inputs == "images"):
         flags = "--image-size and --images" if spec.inputs == "images" else "--audio-seconds"
         train = " (memory --phase train plans its train step)" if command == "memory" else ""
+        what = "models of tokens and of images" if images else "models of tokens"
         raise TfcalcError(f"tfcalc {command}: {spec.label} is a model of {spec.inputs} (inputs='{spec.inputs}'); "
-                          f"{command} plans models of tokens for now{train} (count and check take {flags})")
+                          f"{command} plans {what} for now{train} (count and check take {flags})")
 
 
 _TRAINING = "Training (any of these plans a train step: memory per GPU)"
@@ -1061,7 +1064,7 @@ def profile_cmd(
 
     specs = [resolve(preset, spec, overrides if n is None else {**overrides, "seq_len": n}, hf_config)[0]
              for n in lens]
-    _tokens_only(specs[0], "profile")  # one model at several lengths
+    _tokens_only(specs[0], "profile", images=True)  # one model at several lengths
     if device is None and resolve_device(None).type == "cpu":
         typer.echo("tfcalc: no CUDA device found; profiling on the CPU", err=True)
     results = []
@@ -1524,21 +1527,29 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         _plot_save(roofline(pairs, next(iter(axes), None) if len(presets) == 1 and len(axes) == 1 else None), path)
 
 
-def _tokens(text: str) -> int:
+def _tokens(text: str, what: str = "tokens") -> int:
     """A token count: 15_600_000_000_000, 15.6T, 2e12, 300B (K, M, B or G, T: 10^3 ... 10^12), exactly."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import Decimal, InvalidOperation, localcontext
 
     scale = {"K": 3, "M": 6, "B": 9, "G": 9, "T": 12}.get(text[-1:].upper(), 0)
     digits = text[:-1] if scale else text
     try:
-        value = Decimal(digits.replace("_", "")) * 10**scale
+        value = Decimal(digits.replace("_", ""))
     except InvalidOperation:
-        raise typer.BadParameter(f"{text!r} is not a number of tokens (15600000000000, 15.6T, 2e12)") from None
-    if not value.is_finite() or len(digits) > MAX_DIGITS or value.adjusted() >= MAX_DIGITS:
-        raise typer.BadParameter(f"{text!r}: expected a finite number of tokens, at most {MAX_DIGITS} digits")
+        raise typer.BadParameter(f"{text!r} is not a number of {what} (15600000000000, 15.6T, 2e12)") from None
+    if not value.is_finite() or len(digits) > MAX_DIGITS or value.adjusted() + scale >= MAX_DIGITS:
+        raise typer.BadParameter(f"{text!r}: expected a finite number of {what}, at most {MAX_DIGITS} digits")
+    with localcontext() as exact:  # every digit kept: the default context's 28 would round a long count
+        exact.prec = 2 * MAX_DIGITS
+        value = value.scaleb(scale)
     if value != value.to_integral_value() or value < 1:
-        raise typer.BadParameter(f"{text!r}: expected a whole, positive number of tokens")
+        raise typer.BadParameter(f"{text!r}: expected a whole, positive number of {what}")
     return int(value)
+
+
+def _samples(text: str) -> int:
+    """A number of samples (images, image-text pairs, clips): 384M, 1.28e6, 81_600_000, exactly."""
+    return _tokens(text, "samples")
 
 
 def _flops(text: str) -> int | float:
@@ -1585,6 +1596,17 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                   "FLOPs) or eager (two matmuls and a softmax)."))] = None,
               tokens_per_second: Annotated[Optional[float], typer.Option("--tokens-per-second", help=(
                   "A measured run's throughput, all GPUs together: its MFU."))] = None,
+              samples: Annotated[Optional[int], typer.Option("--samples", parser=_samples, metavar="N", help=(
+                  "A model of images (ViT), a dual encoder (CLIP, SigLIP) or a model of audio (Whisper): the "
+                  "budget in samples, images, image-text pairs or clips (384M: 300 epochs of 1.28M images)."))] = None,
+              samples_per_second: Annotated[Optional[float], typer.Option("--samples-per-second", help=(
+                  "With a model whose budget is --samples: a measured run's images (pairs, clips) a second, all "
+                  "GPUs together: its MFU."))] = None,
+              image_size: ImageSizeOpt = None, images: Annotated[Optional[int], typer.Option(
+                  "--images", parser=_integer, metavar="INT", rich_help_panel=_WORKLOAD, show_default=False, help=(
+                      "A model with a vision tower: images in each sequence of --seq-len tokens, their tokens "
+                      "among them (default 1)."))] = None,
+              audio_seconds: AudioSecondsOpt = None,
               flops_budget: Annotated[Optional[float], typer.Option("--flops-budget", parser=_flops, metavar="C",
                                                                     help=(
                   "A compute budget in FLOPs (5.76e23): the compute-optimal parameters and tokens (Hoffmann et "
@@ -1592,25 +1614,27 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
               lora_rank: LoraRankOpt = None, lora_targets: LoraTargetsOpt = None, dora: DoraOpt = False,
               fmt: FormatOpt = Format.table, as_json: JsonOpt = False) -> None:
     """Training budget: FLOPs for D tokens from the exact count, time and cost on K GPUs, a run's MFU, or the
-    compute-optimal size for a FLOP budget. With --lora-rank: fine-tuning adapters on the frozen model."""
-    from .plan.train import mfu_of_run, training_budget
+    compute-optimal size for a FLOP budget. A model of images, a dual encoder or a model of audio: --samples N
+    images, pairs or clips; a multimodal model: D text tokens, each sequence with its --images and --audio-seconds.
+    With --lora-rank: fine-tuning adapters on the frozen model."""
+    from .plan.train import UNITS, budget_unit, mfu_of_run, training_budget
 
     tuned = adapters(lora_rank, lora_targets, dora)
     if tuned is not None and flops_budget is not None:
         raise TfcalcError(f"--lora-rank={lora_rank}: --flops-budget sizes a model trained from scratch; adapters "
                           "fine-tune a given one (use --tokens or --tokens-per-second)")
 
-    if "batch_size" in overrides:  # a budget is tokens in sequences of -N: how many run at once changes nothing
-        raise TfcalcError(f"--batch-size {overrides['batch_size']}: train counts --tokens D in sequences of "
-                          "--seq-len; the batch size does not change the FLOPs, the time or the MFU (memory "
-                          "--phase train plans a batch)")
     modelled = any(v is not None for v in (preset, spec, hf_config)) or bool(overrides)
     _single(precision=precision)
     given = {flag: value for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--dtype", dtype),
                                              ("--precision", precision), ("--mfu", mfu),
-                                             ("--price", price), ("--tokens-per-second", tokens_per_second))
+                                             ("--price", price), ("--tokens-per-second", tokens_per_second),
+                                             ("--samples", samples), ("--samples-per-second", samples_per_second),
+                                             ("--image-size", image_size), ("--images", images),
+                                             ("--audio-seconds", audio_seconds))
              if value is not None}
-    for flag, value in (("--mfu", mfu), ("--price", price), ("--tokens-per-second", tokens_per_second)):
+    for flag, value in (("--mfu", mfu), ("--price", price), ("--tokens-per-second", tokens_per_second),
+                        ("--samples-per-second", samples_per_second)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise TfcalcError(f"{flag} {value}: expected a positive, finite number")
     if mfu is not None and mfu < 1e-6:
@@ -1634,26 +1658,45 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             _compute_optimal(flops_budget, None, fmt, as_json)
             return
     model_spec, source = resolve(preset, spec, overrides, hf_config)
-    _tokens_only(model_spec, "train")
+    unit = budget_unit(model_spec)
+    if "batch_size" in overrides and unit != "pair":
+        # a budget is tokens in sequences of -N: how many run at once changes nothing (a dual encoder's contrastive
+        # batch does: its logits are batch x batch)
+        counted = ("--tokens D in sequences of --seq-len" if unit == "token" else
+                   f"--samples N {UNITS[unit]}, each on its own")
+        raise TfcalcError(f"--batch-size {overrides['batch_size']}: train counts {counted}; the batch size does not "
+                          "change the FLOPs, the time or the MFU (memory --phase train plans a batch)")
     recompute = recompute or "none"
     if flops_budget is not None:
+        if unit != "token" or model_spec.towers:
+            what = (f"has {' and '.join(model_spec.towers)} tower{'s' if len(model_spec.towers) > 1 else ''} beside "
+                    "its language model (--tower text sizes the language model alone)" if unit == "token" else
+                    f"is {_A_MODEL[unit]}, its budget in {UNITS[unit]} (--samples N)")
+            raise TfcalcError(f"--flops-budget {flops_budget:g}: the compute-optimal size (Hoffmann et al. 2022) is "
+                              f"fitted on language models of tokens; {model_spec.label} {what}")
         _compute_optimal(flops_budget, (model_spec, source, recompute), fmt, as_json)
         return
-    if tokens is None and tokens_per_second is None:
-        raise TfcalcError("give --tokens D (a training budget), --tokens-per-second X (the MFU of a run) or "
-                          "--flops-budget C (the compute-optimal size)")
+    amount, rate, workload = _train_budget(model_spec, unit, tokens, tokens_per_second, samples, samples_per_second,
+                                           overrides, image_size, images, audio_seconds)
+    budget_flag, rate_flag = ("--tokens D", "--tokens-per-second") if unit == "token" else ("--samples N",
+                                                                                     "--samples-per-second")
+    if amount is None and rate is None:
+        raise TfcalcError(f"give {budget_flag} (a training budget), {rate_flag} X (the MFU of a run)"
+                          + (" or --flops-budget C (the compute-optimal size)" if unit == "token" and
+                             not model_spec.towers else ""))
     for flag, value in (("--dtype", dtype), ("--precision", precision)):
         if value is not None and gpu is None:
             raise TfcalcError(f"{flag} {value}: it picks --gpu's peak; give --gpu")
-    timed = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu), ("--mfu", mfu)) if value is not None]
-    if tokens is not None and timed and tokens_per_second is None and len(timed) < 3:
-        missing = [flag for flag in ("--gpus", "--gpu", "--mfu") if flag not in timed]
-        raise TfcalcError(f"{', '.join(timed)}: the time for --tokens needs --gpus, --gpu and --mfu together; "
+    timed = [f for f, value in (("--gpus", gpus), ("--gpu", gpu), ("--mfu", mfu)) if value is not None]
+    if amount is not None and timed and rate is None and len(timed) < 3:
+        missing = [f for f in ("--gpus", "--gpu", "--mfu") if f not in timed]
+        raise TfcalcError(f"{', '.join(timed)}: the time for {budget_flag[:-2]} needs --gpus, --gpu and --mfu "
+                          "together; "
                           f"missing {' and '.join(missing)}")
-    if tokens is None and mfu is not None:
-        raise TfcalcError(f"--mfu {mfu}: it times --tokens D; --tokens-per-second measures a run's MFU itself")
-    if price is not None and (tokens is None or mfu is None):
-        raise TfcalcError(f"--price {price}: the cost is the time of --tokens at --mfu on --gpus; give them")
+    if amount is None and mfu is not None:
+        raise TfcalcError(f"--mfu {mfu}: it times {budget_flag}; {rate_flag} measures a run's MFU itself")
+    if price is not None and (amount is None or mfu is None):
+        raise TfcalcError(f"--price {price}: the cost is the time of {budget_flag[:-2]} at --mfu on --gpus; give them")
     peak = card = None
     if gpu is not None:
         from .plan.train import training_peak
@@ -1663,16 +1706,24 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
             from .plan.training import PRECISION_ALIASES
 
             precision = PRECISION_ALIASES.get(precision, precision)
-    if (mfu is not None or tokens_per_second is not None) and (gpus is None or gpu is None):
-        missing = [flag for flag, value in (("--gpus", gpus), ("--gpu", gpu)) if value is None]
-        raise TfcalcError(f"--mfu and --tokens-per-second need {' and '.join(missing)}")
+    if (mfu is not None or rate is not None) and (gpus is None or gpu is None):
+        missing = [f for f, value in (("--gpus", gpus), ("--gpu", gpu)) if value is None]
+        raise TfcalcError(f"--mfu and {rate_flag} need {' and '.join(missing)}")
     attention = attention or "fused"
-    budget = None if tokens is None else training_budget(model_spec, tokens, recompute, gpus, card and card.name,
-                                                         peak, mfu, price, tuned, dtype, precision, attention)
-    run = (mfu_of_run(model_spec, tokens_per_second, gpus, peak, recompute, tuned, dtype, precision, attention)
-           if tokens_per_second else None)
+    by = {"tokens": amount} if unit == "token" else {"samples": amount}
+    budget = None if amount is None else training_budget(
+        model_spec, recompute=recompute, gpus=gpus, gpu_name=card and card.name, peak_flops_per_s=peak, mfu=mfu,
+        price_per_gpu_hour=price, adapters=tuned, peak_dtype=dtype, precision=precision, attention=attention,
+        workload=workload, **by)
+    at = {"tokens_per_s": rate, "samples_per_s": None} if unit == "token" else {"tokens_per_s": None,
+                                                                              "samples_per_s": rate}
+    run = (mfu_of_run(model_spec, gpus=gpus, peak_flops_per_s=peak, recompute=recompute, adapters=tuned,
+                      peak_dtype=dtype, precision=precision, attention=attention, workload=workload, **at)
+           if rate else None)
     fmt = Format.json if as_json else fmt
-    data = {"spec": model_spec.model_dump(), **(budget.to_dict() if budget else {}), **({"run": run} if run else {}),
+    media = unit != "token" or bool(model_spec.towers)  # the step counted: its images, audio, contrastive batch
+    data = {"spec": model_spec.model_dump(), **({"workload": workload.model_dump()} if media else {}),
+            **(budget.to_dict() if budget else {}), **({"run": run} if run else {}),
             **({"adapters": tuned.to_dict()} if tuned else {})}
     if fmt is Format.json:
         typer.echo(render.to_json(data))
@@ -1681,9 +1732,50 @@ def train_cmd(overrides: dict, preset: PresetOpt = None, spec: SpecOpt = None, h
                    nl=False)
     else:
         _print_tables([render.train_table(budget, run, tuned is not None)], fmt,
-                      [f"{model_spec.label}: {render.describe(model_spec)}", f"source: {source}"]
+                      [f"{model_spec.label}: {render.describe(model_spec, workload=media)}", f"source: {source}"]
+                      + ([f"train step counted: {render.describe_workload(workload, model_spec)}"] if media else [])
                       + ([f"fine-tuning: {tuned.describe()} on the frozen model (step FLOPs: docs/finetuning.md)"]
                          if tuned else []))
+
+
+def _as_typed(value: int | float) -> str:
+    """A count as its integer (any size: no float of it), a rate as a float."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+_A_MODEL = {"image": "a model of images", "pair": "a dual encoder of images and texts", "clip": "a model of audio"}
+
+
+def _train_budget(spec: ModelSpec, unit: str, tokens, tokens_per_second, samples, samples_per_second, overrides,
+                  image_size, images, audio_seconds):
+    """(the budget, the measured rate, the train step counted) of `tfcalc train`: tokens for a model of tokens,
+    samples for the others (the other flag refused by name); the step is one sequence with its images and audio, one
+    image, one clip, or a dual encoder's contrastive batch of --batch-size pairs."""
+    from .plan.train import UNITS, training_workload
+
+    if unit == "token":
+        for flag, value in (("--samples", samples), ("--samples-per-second", samples_per_second)):
+            if value is not None:
+                raise TfcalcError(f"{flag} {_as_typed(value)}: {spec.label} is a model of tokens; its budget is "
+                                  "--tokens D (its throughput --tokens-per-second)")
+    else:
+        for flag, value in (("--tokens", tokens), ("--tokens-per-second", tokens_per_second)):
+            if value is not None:
+                raise TfcalcError(f"{flag} {_as_typed(value)}: {spec.label} is {_A_MODEL[unit]}; its budget is in "
+                                  f"{UNITS[unit]}: --samples N (its throughput --samples-per-second)")
+        if images is not None and unit != "clip":  # a model of audio refuses it as count does (workload_for)
+            what = ("the pairs of its contrastive batch are --batch-size (one image per text)" if unit == "pair" else
+                    "a budget counts each image, whatever runs at once (the FLOPs per image do not change)")
+            raise TfcalcError(f"--images {images}: {spec.label}'s --samples N are its {UNITS[unit]}; {what}")
+    workload = workload_for(spec, "train", None, None, None, overrides.get("seq_len"), image_size, images,
+                            audio_seconds)
+    update: dict = {"batch_size": spec.batch_size if unit == "pair" else 1}
+    if unit == "pair":
+        update["images"] = spec.batch_size
+    workload = training_workload(spec, workload.model_copy(update=update))
+    if unit == "token":
+        return tokens, tokens_per_second, workload
+    return samples, samples_per_second, workload
 
 
 def _compute_optimal(flops, model, fmt: Format, as_json: bool) -> None:

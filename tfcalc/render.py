@@ -583,16 +583,31 @@ def compute_optimal_table(result, fit: dict | None = None, label: str | None = N
 def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
     """A plan.train.TrainingBudget, and/or, with `run`, the MFU of a measured run; `tuned`: of a fine-tuning step
     with adapters on the frozen model."""
+    from .plan.train import UNITS
+
+    spec = b.spec if b is not None else None
+    media = spec is not None and (spec.inputs != "tokens" or bool(spec.towers))
+    fed = [what for what, has in (("images'", spec and (spec.inputs == "images" or "vision" in spec.towers)),
+                                  ("audio's", spec and (spec.inputs == "audio" or "audio" in spec.towers))) if has]
+    leaf = f" less the {' and '.join(fed)} input gradient (none is computed)" if media and fed else ""
     step = ("a fine-tuning step: frozen linears' backward 1 x their forward, adapters' and attention cores' 2 x"
-            if tuned else "a train step, 3 x forward")
-    rows = [] if b is None else [["tokens", exact(b.tokens), human(b.tokens)],
-            ["FLOPs per token (train step)", exact(b.flops_per_token.numerator) if b.flops_per_token.denominator == 1
-             else f"{float(b.flops_per_token):,.1f}", sci(round(b.flops_per_token))],
-            ["FLOPs, attention over every pair", exact(b.flops), sci(b.flops)],
-            ["FLOPs, causal attention", exact(b.flops_causal), sci(b.flops_causal)],
-            ["6ND (N = active parameters)", exact(b.six_nd), sci(b.six_nd)],
-            [f"hardware FLOPs (recompute {b.recompute}, {b.attention} attention)", exact(b.hardware_flops),
-             sci(b.hardware_flops)]]
+            if tuned else f"a train step, 3 x forward{leaf}")
+    unit = "token" if b is None else b.unit
+    rows = [] if b is None else [[UNITS[unit], exact(b.tokens), human(b.tokens)]]
+    if b is not None and unit == "clip":  # each clip's mel frames, 100 a second
+        seconds = Fraction(b.workload.mel_frames, 100)
+        rows.append([f"audio, {float(seconds):g} s a clip", f"{float(b.tokens * seconds / 3600):,.1f} hours", ""])
+    if b is not None:
+        six = ("6ND (N = active parameters, D = the images' tokens)" if unit == "image" else
+               "6ND (N = active parameters)")
+        rows += [[f"FLOPs per {unit} (train step)", exact(b.flops_per_token.numerator)
+                  if b.flops_per_token.denominator == 1 else f"{float(b.flops_per_token):,.1f}",
+                  sci(round(b.flops_per_token))],
+                 ["FLOPs, attention over every pair", exact(b.flops), sci(b.flops)],
+                 ["FLOPs, causal attention", exact(b.flops_causal), sci(b.flops_causal)]]
+        rows += [[six, exact(b.six_nd), sci(b.six_nd)]] if b.six_nd is not None else []
+        rows += [[f"hardware FLOPs (recompute {b.recompute}, {b.attention} attention)", exact(b.hardware_flops),
+                  sci(b.hardware_flops)]]
     if b is not None and b.seconds is not None:
         rows += [[f"peak per GPU, dense {b.peak_dtype or 'bf16'}" + (f" ({b.precision})" if b.precision else ""),
                   exact(b.peak_flops_per_s), sci(b.peak_flops_per_s)],
@@ -603,7 +618,9 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
             rows.append([f"cost at {float(b.price_per_gpu_hour):,.2f} per GPU-hour", f"{b.cost:,.0f}", ""])
     if run is not None:
         at = f", dense {run.get('peak_dtype') or 'bf16'} peak"  # an FP8 recipe's MFU is at the fp8 peak
-        rows += [[f"measured: {run['tokens_per_second']:,.0f} tokens/s on {run['gpus']:,} GPUs", "", ""],
+        per_s = run.get("tokens_per_second", run.get("samples_per_second"))
+        what = UNITS[run.get("sample", "token")]
+        rows += [[f"measured: {per_s:,.0f} {what}/s on {run['gpus']:,} GPUs", "", ""],
                  [f"peak per GPU, dense {run.get('peak_dtype') or 'bf16'}"
                   + (f" ({run['precision']})" if run.get("precision") else ""),
                   exact(run["peak_flops_per_s"]), sci(run["peak_flops_per_s"])],
@@ -612,13 +629,16 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
                  [f"HFU (recompute {run['recompute']}, {run['attention']} attention{at})", pct(Fraction(run["hfu"])),
                   ""]]
     if b is None:
+        per = run.get("sample", "token")
         return Table("MFU of a run", ["figure", "exact", "readable"], rows,
-                     f"model FLOPs per token ({step}) x tokens/s over the GPUs' dense datasheet peak",
+                     f"model FLOPs per {per} ({step}) x {per}s/s over the GPUs' dense datasheet peak",
                      right={1, 2}, optional=[2])
-    caption = (f"{step if tuned else 'train step = 3 x forward'} on sequences of {b.spec.seq_len:,} tokens; time "
-               "from the causal figure "
-               "(what a fused attention kernel computes) at the MFU given, against the GPU's dense datasheet peak; "
-               "6ND beside it (docs/planning.md).")
+    on = {"token": f"sequences of {b.spec.seq_len:,} tokens", "image": "each image",
+          "pair": (f"contrastive batches of {b.workload.batch_size:,} pair{'s' if b.workload.batch_size != 1 else ''}"
+                   " (--batch-size; the batch x batch logits)"), "clip": "each clip"}[unit]
+    caption = (f"{step if tuned else 'train step = 3 x forward' + leaf} on {on}; time from the causal figure "
+               "(what a fused attention kernel computes) at the MFU given, against the GPU's dense datasheet peak"
+               + ("; 6ND beside it" if b.six_nd is not None else "") + " (docs/planning.md).")
     return Table("Training budget", ["figure", "exact", "readable"], rows, caption, right={1, 2}, optional=[2])
 
 
@@ -1151,6 +1171,10 @@ def profile_lines(result) -> list[str]:
     lines = [f"{result.spec.label}: {describe(result.spec)}",
              f"device: {result.device} ({result.device_name}), dtype {result.dtype}, mode {result.mode}"
              f"{', torch.compile' if result.compiled else ''}"]
+    if result.spec.inputs == "images":  # the model's own image size, the batch its images
+        from .arch import default_workload
+
+        lines.append(f"workload: {describe_workload(default_workload(result.spec), result.spec)}")
     if result.cpu_allocator:
         lines.append(f"allocator: {result.cpu_allocator}")
     if result.layers_profiled:
@@ -1166,6 +1190,7 @@ def profile_table(result) -> Table:
     rows = [
         ["time per step", f"{seconds(t.median)} (min {seconds(t.min)}, max {seconds(t.max)}, {t.repeats} runs)"],
         ["tokens/s", f"{result.tokens_per_s:,.0f}"],
+        *([["images/s", f"{result.images_per_s:,.1f}"]] if result.images_per_s is not None else []),
         ["FLOPs per step (analytic)", f"{exact(result.flops)} ({sci(result.flops)})"],
         ["achieved", rate(result.achieved_flops_per_s)],
     ]

@@ -45,7 +45,8 @@ class ProfileResult:
     mode: str
     compiled: bool
     time: Timing
-    flops: int  # analytic FLOPs of one step (forward, or 3 x forward for train)
+    flops: int  # analytic FLOPs of one step (forward, or count's train step: 3 x forward, a ViT's less its
+    # patch embedding's input gradient)
     flops_causal: int | None  # the same with causal attention counted over the lower triangle only
     gemm: GemmPeak  # the fastest of the model's matmul shapes: the measured peak
     gemm_largest: GemmPeak  # the model's largest matmul shape
@@ -59,6 +60,11 @@ class ProfileResult:
     @property
     def tokens_per_s(self) -> float:
         return self.spec.tokens / self.time.median
+
+    @property
+    def images_per_s(self) -> float | None:
+        """A model of images: the step's images (its batch) a second; None for a model of tokens."""
+        return self.spec.batch_size / self.time.median if self.spec.inputs == "images" else None
 
     @property
     def achieved_flops_per_s(self) -> float:
@@ -107,6 +113,7 @@ class ProfileResult:
             "flops": self.flops,
             "flops_causal": self.flops_causal,
             "tokens_per_s": self.tokens_per_s,
+            "images_per_s": self.images_per_s,
             "achieved_flops_per_s": self.achieved_flops_per_s,
             "achieved_causal_flops_per_s": self.achieved_causal_flops_per_s,
             "peak_flops_per_s": self.gemm.flops_per_s,
@@ -220,6 +227,7 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
     if dev.type == "cpu":
         cpu_allocator = allocator.tune() if tune_allocator else allocator.state()
     result = count(spec)
+    # a train step: 3 x forward, less a patch embedding's input gradient (the images need none: formulas.md)
     flops = result.flops.forward if mode == "forward" else result.flops.train_step
     causal = result.flops.forward_causal * (1 if mode == "forward" else 3) if spec.causal else None
     bench = GemmBench(shapes, dev, torch_dtype)  # before the memory baselines: its buffers are not the model's
@@ -259,7 +267,7 @@ def profile(spec: ModelSpec, device: str | None = None, dtype: str | None = None
     gemms = [GemmPeak.of(shape, t) for shape, t in zip(shapes, gemm_times)]
     gemm = max(gemms, key=lambda g: g.flops_per_s)
     by_shape = predict_by_shape(spec, result.flops.components, {g.shape: g.flops_per_s for g in gemms},
-                                gemm.flops_per_s) * (flops // result.flops.forward)
+                                gemm.flops_per_s) * flops / result.flops.forward  # (a ViT's step: not 3 x)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     sheet = datasheet_for(name) if dev.type == "cuda" else None
     return ProfileResult(spec, str(dev), name, dtype, mode, compile, timing, flops, causal, gemm, gemms[0], by_shape,
