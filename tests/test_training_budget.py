@@ -162,3 +162,20 @@ def test_cli_flops_budget():
                           (["-p", "gpt2", "--flops-budget", "1e20", "--tokens", "1B"], "give one")):
         r = runner.invoke(app, ["train", *args])
         assert r.exit_code == 2 and message in r.output, (args, r.output)
+
+
+def test_a_short_runs_days_hours_and_cost_keep_three_figures():
+    from typer.testing import CliRunner
+
+    from tfcalc.cli import app
+    from tfcalc.render import amount
+
+    # below 100 three significant figures, from 100 whole units: a small run's GPU-hours were shown as 0
+    assert [amount(x) for x in (0, 0.0956, 2.534, 43.14, 99.94, 100.4, 4_729_576.2)] == [
+        "0", "0.0956", "2.53", "43.1", "99.9", "100", "4,729,576"]
+    out = CliRunner().invoke(app, ["train", "-p", "gpt2", "--tokens", "1e6", "--gpus", "8", "--gpu", "h100-sxm",
+                                   "--mfu", "0.4", "--price", "2"], env={"COLUMNS": "200"}).output
+    hours = next(line for line in out.splitlines() if "GPU-hours" in line)
+    shown = float(hours.split("│")[2].replace(",", ""))
+    # 1e6 tokens x gpt2's train FLOPs per token over 8 x 989.4 TFLOP/s x 0.4, in hours, times 8 GPUs: about 0.0006
+    assert 0.0004 < shown < 0.0008, out

@@ -12,6 +12,7 @@ import csv
 import io
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -79,6 +80,16 @@ def human(n: int | float) -> str:
 
 def exact(n: int | float) -> str:
     return f"{n:,}" if isinstance(n, int) else f"{n:,.3f}"
+
+
+def amount(x: float | Fraction) -> str:
+    """Days, GPU-hours, a cost: whole units with thousands separators from 100 up, three significant figures below
+    (0.0956, 2.53, 43.1), never a small figure shown as 0."""
+    x = float(x)
+    if x == 0 or abs(x) >= 100:
+        return f"{x:,.0f}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
 
 
 def pct(x: float | Fraction) -> str:
@@ -611,11 +622,11 @@ def train_table(b, run: dict | None = None, tuned: bool = False) -> Table:
     if b is not None and b.seconds is not None:
         rows += [[f"peak per GPU, dense {b.peak_dtype or 'bf16'}" + (f" ({b.precision})" if b.precision else ""),
                   exact(b.peak_flops_per_s), sci(b.peak_flops_per_s)],
-                 [f"time on {b.gpus:,} x {b.gpu_name} at MFU {float(b.mfu):.0%}", f"{b.seconds / 86400:,.1f} days",
+                 [f"time on {b.gpus:,} x {b.gpu_name} at MFU {float(b.mfu):.0%}", f"{amount(b.seconds / 86400)} days",
                   f"{b.seconds:,.0f} s"],
-                 ["GPU-hours", f"{b.gpu_hours:,.0f}", ""]]
+                 ["GPU-hours", amount(b.gpu_hours), ""]]
         if b.cost is not None:
-            rows.append([f"cost at {float(b.price_per_gpu_hour):,.2f} per GPU-hour", f"{b.cost:,.0f}", ""])
+            rows.append([f"cost at {float(b.price_per_gpu_hour):,.2f} per GPU-hour", amount(b.cost), ""])
     if run is not None:
         at = f", dense {run.get('peak_dtype') or 'bf16'} peak"  # an FP8 recipe's MFU is at the fp8 peak
         per_s = run.get("tokens_per_second", run.get("samples_per_second"))
