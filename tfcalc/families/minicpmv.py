@@ -113,7 +113,8 @@ def minicpmv_vision(cfg: dict, notes: list[str]) -> dict:
     image_size, laid in by it) is the default image; the table is vision image_size's grid either way."""
     where = cfg.get("model_type", "minicpmv4_6_vision")
     side, p = grid(cfg)
-    L, mode, layer = cfg["num_hidden_layers"], cfg["downsample_mode"], cfg["insert_layer_id"]
+    # (the tower alone runs its window merger: MiniCPMV4_6VisionModel's use_vit_merger defaults to true)
+    L, mode, layer = cfg["num_hidden_layers"], cfg.get("downsample_mode", "16x"), cfg["insert_layer_id"]
     refuse_if(cfg, "downsample_mode", mode not in MODES, "expected '16x' (the window merger runs) or '4x' (it does "
                                                           "not)")
     runs = mode == "16x"
@@ -210,11 +211,11 @@ register(
     Family("minicpmv4_6_vision", mapper=minicpmv_vision, components=VISION_COMPONENTS,
            defaults=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                          num_channels=3, image_size=224, patch_size=16, hidden_act="gelu_pytorch_tanh",
-                         insert_layer_id=6, window_kernel_size=[2, 2], downsample_mode="16x"),
+                         insert_layer_id=6, window_kernel_size=[2, 2]),
            types=dict(hidden_size="size", intermediate_size="size", num_hidden_layers="size",
                       num_attention_heads="size", hidden_act="str", num_channels="size", image_size="size|sizes",
                       patch_size="size|sizes", insert_layer_id="int", window_kernel_size="integers",
-                      downsample_mode="str", processor_image_size="size", model_type="str")),
+                      downsample_mode="str", processor_image_size="size")),
     Family("minicpmv4_7_vision", like="minicpmv4_6_vision"),
     Family("minicpm_ocr_vision", like="minicpmv4_6_vision"),
 )
