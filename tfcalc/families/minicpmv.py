@@ -111,7 +111,7 @@ def minicpmv_vision(cfg: dict, notes: list[str]) -> dict:
     """MiniCPMV4_6VisionModel (4.7's and OCR's the same modules): the patches, SigLIP's blocks, the window merger after
     block insert_layer_id (run unless downsample_mode is "4x"), post_layernorm. `processor_image_size` (the wrapper's
     image_size, laid in by it) is the default image; the table is vision image_size's grid either way."""
-    where = cfg.get("model_type", "minicpmv4_6_vision")
+    where = "vision_config"
     side, p = grid(cfg)
     # (the tower alone runs its window merger: MiniCPMV4_6VisionModel's use_vit_merger defaults to true)
     L, mode, layer = cfg["num_hidden_layers"], cfg.get("downsample_mode", "16x"), cfg["insert_layer_id"]
