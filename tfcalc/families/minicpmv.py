@@ -126,6 +126,9 @@ def minicpmv_vision(cfg: dict, notes: list[str]) -> dict:
               "them transformers merges nothing yet halves each image's grid for the merger")
     image = cfg.get("processor_image_size") or side
     refuse_if(cfg, "processor_image_size", image >= 10 ** MAX_DIGITS, f"sizes have at most {MAX_DIGITS} digits")
+    refuse_if(cfg, "processor_image_size", image % (p * (2 if runs else 1)),
+              f"the wrapper's image_size, the default image, is a whole number of {'2x2 windows of ' if runs else ''}"
+              f"patches of {p}")
     kinds = {"image_size": image, "patch_size": p, "channels": cfg["num_channels"], "class_token": False,
              "merge_size": 2 if runs else 1}
     if image != side:
