@@ -222,3 +222,16 @@ def test_an_image_the_merges_cannot_tile_is_refused_with_its_size(tmp_path):
     # "4x": 24 x 24 is 6 x 6 patches, 3 x 3 = 9 tokens for the merger's 2 x 2 blocks: read
     ocr = CliRunner().invoke(app, ["count", "--hf-config", str(tiny(tmp_path, "minicpm_ocr")), "--image-size", "24"])
     assert ocr.exit_code == 0, ocr.output
+
+
+@pytest.mark.parametrize("model_type", ["minicpmv4_7", "minicpm_ocr"])  # (4.6's tower class is not exported)
+def test_the_tower_alone_equals_its_class_per_component(tmp_path, model_type):
+    # --tower vision: transformers' tower built from vision_config, traced by parts (`tower_parts`), its window merger
+    # after the wrapper's insert_layer_id (1: its config class writes it over vision_config's default 6) in "16x"
+    path = tiny(tmp_path, model_type)
+    vision = select(read_hf_config(path).spec, "vision")
+    report = hf_model.compare(path, vision, Workload(batch_size=2, seq_len=64, image_size=(32, 32)))
+    assert report.match, [r for r in report.rows if r.match is False]
+    forward = {r.component: r.transformers for r in report.rows if r.figure == "forward"}
+    # every block over 64 patches of each image ("4x"), or 2 of them, then 1 over 16 ("16x"): q k v out, 2 images
+    assert forward["attention/qkv"] == 2 * 2 * D * 3 * D * (3 * 64 if model_type == "minicpm_ocr" else 2 * 64 + 16)

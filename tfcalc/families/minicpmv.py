@@ -51,15 +51,30 @@ def image_parts(model, grids: list[tuple[int, int]], downsample_mode: str | None
     The tower's cu_seqlens stay on the CPU (its attention splits q, k and v by their values: tolist()); the states
     are on meta. Each part: (its path in the model, the module, its forward's inputs)."""
     import torch
+
+    config = model.config
+    mode = downsample_mode or config.downsample_mode
+    after = config.vision_config.insert_layer_id  # (the wrapper's: its config class writes it there)
+    after = after if mode != "4x" and after >= 0 else None
+    parts, sizes = vision_parts(model.model.vision_tower, grids, after, "model.vision_tower.")
+    n = int((sizes[:, 0] * sizes[:, 1]).sum())
+    D = config.vision_config.hidden_size
+    parts.append(("model.merger", model.model.merger,
+                  {"hidden_states": torch.empty(1, n, D, device="meta"), "target_sizes": sizes}))
+    return parts
+
+
+def vision_parts(tower, grids: list[tuple[int, int]], after: int | None, at: str = "") -> tuple[list, object]:
+    """MiniCPMV4_6VisionModel (`tower`; 4.7's, OCR's) by parts on meta on images of `grids` patches packed into one
+    row, its window merger run after block `after` (None: not run): (the parts, each image's grid at its output:
+    target_sizes)."""
+    import torch
     import torch.nn.functional as F
 
-    tower, config = model.model.vision_tower, model.config
-    vision = config.vision_config
+    vision = tower.config
     D, p, C = vision.hidden_size, vision.patch_size, vision.num_channels
     sizes = torch.tensor(grids)
     T = int((sizes[:, 0] * sizes[:, 1]).sum())
-    mode = downsample_mode or config.downsample_mode
-    merged = mode != "4x" and vision.insert_layer_id >= 0
 
     def states(n: int, width: int = D):
         return torch.empty(1, n, width, device="meta")
@@ -67,14 +82,13 @@ def image_parts(model, grids: list[tuple[int, int]], downsample_mode: str | None
     def cu(grid_sizes) -> torch.Tensor:
         return F.pad(torch.cumsum(grid_sizes[:, 0] * grid_sizes[:, 1], dim=0, dtype=torch.int32), (1, 0))
 
-    at = "model.vision_tower."
     parts = [(f"{at}embeddings", tower.embeddings,
               {"pixel_values": torch.empty(1, C, p, T * p, device="meta"), "target_sizes": sizes})]
     n, lengths = T, cu(sizes)
     for i, layer in enumerate(tower.encoder.layers):
         parts.append((f"{at}encoder.layers.{i}", layer,
                       {"hidden_states": states(n), "attention_mask": None, "cu_seqlens": lengths, "max_seqlen": None}))
-        if merged and i == vision.insert_layer_id:
+        if i == after:
             vit = tower.vit_merger
             w = vit.window_kernel_size[0] * vit.window_kernel_size[1]
             _, windows, _ = vit.get_window_index(sizes)
@@ -89,9 +103,18 @@ def image_parts(model, grids: list[tuple[int, int]], downsample_mode: str | None
             sizes = sizes // 2  # get_downsampled_inputs: each side halved, one token per window
             n, lengths = int((sizes[:, 0] * sizes[:, 1]).sum()), cu(sizes)
     parts.append((f"{at}post_layernorm", tower.post_layernorm, {"input": states(n)}))
-    parts.append(("model.merger", model.model.merger, {"hidden_states": states(n), "target_sizes": sizes}))
-    return parts
+    return parts, sizes
 
+
+def tower_parts(model, spec, workload) -> list:
+    """The tower alone (minicpmv4_7_vision, minicpm_ocr_vision; --tower vision): every image of the workload's batch,
+    its window merger run as the spec says (downsample_mode; after the wrapper's insert_layer_id, which its config
+    class writes into vision_config: a vision_config built alone keeps its own)."""
+    sizes = spec.sizes("patch_embedding")
+    H, W = workload.image_size or (sizes.height, sizes.width)
+    grids = [(H // sizes.patch_size, W // sizes.patch_size)] * workload.batch_size
+    merger = spec.sizes("window_merger")
+    return vision_parts(model, grids, merger.after if merger.runs else None)[0]
 
 VISION_COMPONENTS = [  # transformers' module (and parameter) names -> tfcalc components (check --hf-config)
     (r"embeddings\.patch_embedding", "embedding/patch"),
@@ -211,7 +234,7 @@ def minicpmv_whole(vision_type: str, image_size: int | None = 448, mode: str = "
 register(
     # MiniCPMV4_6VisionConfig's defaults (4.7's and OCR's are the same); downsample_mode and processor_image_size
     # are the wrapper's, laid in by it (into_towers): the tower alone runs its window merger (use_vit_merger)
-    Family("minicpmv4_6_vision", mapper=minicpmv_vision, components=VISION_COMPONENTS,
+    Family("minicpmv4_6_vision", mapper=minicpmv_vision, components=VISION_COMPONENTS, hf_trace=tower_parts,
            defaults=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                          num_channels=3, image_size=224, patch_size=16, hidden_act="gelu_pytorch_tanh",
                          insert_layer_id=6, window_kernel_size=[2, 2]),

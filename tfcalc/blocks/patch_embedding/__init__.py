@@ -211,6 +211,9 @@ class PatchSizes(BaseModel):
         if self.position_grid is not None and spec.positions == "learned":
             out.append(f"kinds.patch_embedding.position_grid={self.position_grid}: a table beside rotary positions "
                        "(GLM-4.1V's); with positions='learned' the spec's own table is the positions")
+        if self.table_size is not None and (spec.positions != "learned" or self.tiled):
+            out.append(f"kinds.patch_embedding.table_size={self.table_size}: the grid of a learned position table "
+                       "(positions='learned', one image a sequence); leave it out")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.up_to_image_size and min(self.height, self.width) == 0:
