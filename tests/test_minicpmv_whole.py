@@ -235,3 +235,34 @@ def test_the_tower_alone_equals_its_class_per_component(tmp_path, model_type):
     forward = {r.component: r.transformers for r in report.rows if r.figure == "forward"}
     # every block over 64 patches of each image ("4x"), or 2 of them, then 1 over 16 ("16x"): q k v out, 2 images
     assert forward["attention/qkv"] == 2 * 2 * D * 3 * D * (3 * 64 if model_type == "minicpm_ocr" else 2 * 64 + 16)
+
+
+def test_a_kind_between_blocks_divides_the_tokens_of_the_blocks_after_it():
+    # the mechanism on a spec of its own (no config): a window merger after block 0 of 3, images of 8 x 8 patches
+    from tfcalc import ModelSpec, TfcalcError
+    from tfcalc.arch import stacks
+
+    fields = dict(name="merged", n_layers=3, d_model=D, n_heads=H, d_ff=F, seq_len=64, inputs="images", causal=False,
+                  positions="learned", norm="layernorm", bias=True, activation="gelu_tanh", lm_head=False)
+    kinds = {"patch_embedding": {"image_size": 32, "patch_size": 4, "class_token": False, "merge_size": 2}}
+    spec = ModelSpec(**fields, kinds=kinds | {"window_merger": {"after": 0}})
+    (stack,) = stacks(spec)
+    layers = list(stack.distinct().items())
+    assert [(layer.kinds, layer.divisor, n) for layer, n in layers] == [
+        (("attention", "mlp", "window_merger"), 1, 1), (("attention", "mlp"), 4, 2)]
+    result = count(spec, Workload(batch_size=2, seq_len=64, image_size=(32, 32)))
+    # fc1: block 0 over 64 patches of each of 2 images, blocks 1 and 2 over 16; the final norm over 16 of each
+    assert result.flops.components["mlp/up"] == 2 * 2 * (64 + 2 * 16) * D * F
+    assert result.inventory.groups[-1].ops[0].rows == 2 * 16  # (final_norm: the last group of a model of images)
+    # "4x": built, not run: the same parameters, no work, every block over every patch
+    idle = ModelSpec(**fields, kinds=kinds | {"window_merger": {"after": 0, "runs": False}})
+    assert count(idle).params.total == result.params.total
+    assert "window_merger/linear_1" in count(idle).params.components
+    assert count(idle).flops.components["mlp/up"] == 2 * 3 * 64 * D * F  # (batch_size 1: the spec's own image)
+    assert not [c for c in count(idle).flops.components if c.startswith("window_merger")]
+    for bad, phrase in ((dict(fields, n_layers=1, kinds=kinds | {"window_merger": {"after": 1}}),
+                         "kinds.window_merger.after=1: names no block of n_layers=1"),
+                        (dict(fields, kinds={**kinds, "patch_embedding": {**kinds["patch_embedding"], "merge_size": 1},
+                                             "window_merger": {"after": 0}}), "kinds.window_merger.window=2")):
+        with pytest.raises((TfcalcError, ValueError), match=phrase):
+            ModelSpec(**bad)
