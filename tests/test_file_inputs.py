@@ -485,6 +485,9 @@ BASE["exaone4_5_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, o
 BASE["glm4v_vision"] = dict(depth=2, hidden_size=32, intermediate_size=40, out_hidden_size=24, num_heads=2,
                             image_size=16, patch_size=2, spatial_merge_size=2, temporal_patch_size=2)
 BASE["idefics3_vision"] = BASE["smolvlm_vision"] = BASE["pixtral"] = _TOWER | dict(image_size=32, patch_size=8)
+# MiniCPM-V's towers: the window merger after block 0, images of 8 x 8 patches
+BASE["minicpmv4_6_vision"] = BASE["minicpmv4_7_vision"] = BASE["minicpm_ocr_vision"] = _TOWER | dict(
+    image_size=32, patch_size=4, insert_layer_id=0)
 BASE["kimi_k25_vision"] = _TOWER | dict(num_attention_heads=2, patch_size=2, pos_emb_height=8, pos_emb_width=8)
 BASE["mllama_vision_model"] = dict(num_hidden_layers=4, num_global_layers=1, hidden_size=32, intermediate_size=64,
                                    attention_heads=4, image_size=16, patch_size=8, max_num_tiles=2,
@@ -926,7 +929,8 @@ TRIED = {"examples": 0, "read": 0, "refused": 0}
 # grid, a merger's width), so none is asserted direct here; their exact counts are held in their own test files
 DIRECT |= {t: {} for t in ("qwen3_vl_vision", "qwen3_vl_moe_vision", "qwen3_5_vision", "qwen3_5_moe_vision",
                            "exaone4_5_vision", "glm4v_vision", "idefics3_vision", "smolvlm_vision", "pixtral",
-                           "kimi_k25_vision", "mllama_vision_model")}
+                           "kimi_k25_vision", "mllama_vision_model", "minicpmv4_6_vision", "minicpmv4_7_vision",
+                           "minicpm_ocr_vision")}
 
 
 def transformers_accepts(config: dict) -> bool:

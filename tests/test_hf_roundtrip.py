@@ -24,7 +24,10 @@ ELSEWHERE = {"mamba2", "nemotron_h", "bamba", "granitemoehybrid", "mamba", "jamb
              "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "falcon_h1", "minicpmv4_6",
              "minicpmv4_7", "minicpm_ocr",  # (the last three: Qwen3.5's language model, tests/test_hf_wrappers.py)
              # the whole dual encoders: tests/test_towers_whole.py holds them against CLIPModel and SiglipModel
-             "clip", "siglip"}
+             "clip", "siglip",
+             # transformers 5.24 exports no MiniCPMV4_6VisionModel (built only inside MiniCPMV4_6Model; 4.7's and
+             # OCR's towers are exported, and held here): tests/test_minicpmv_whole.py holds it in the whole class
+             "minicpmv4_6_vision"}
 TYPES = [t for t in model_types() if t not in ELSEWHERE]
 # where a multimodal generation class keeps its language model and head (every other tower is left out);
 # Llama4ForConditionalGeneration keeps a whole Llama4ForCausalLM, head and all, as language_model
@@ -113,6 +116,8 @@ SMALL_FOR = {
        for t in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text")},
     # Llama 4's vision adapter reads the 2 x 2 pixel-shuffled tokens: intermediate_size is 4 x hidden_size
     "llama4_vision_model": dict(intermediate_size=256),
+    # MiniCPM-V's window merger runs after block insert_layer_id (6 by default): one of the 2 blocks
+    **{t: dict(insert_layer_id=0) for t in ("minicpmv4_6_vision", "minicpmv4_7_vision", "minicpm_ocr_vision")},
 }
 # A multimodal config's other fields beside its text_config: a SigLIP tower whose 16 x 16 patch grid Gemma 3's projector
 # pools into its 256 tokens (Gemma3Config's default vision tower, 224 / 16, cannot be: see DEFAULTS_REFUSED)
@@ -229,6 +234,9 @@ REFUSED = {
                                            "init_pos_emb_height", "init_pos_emb_width", "mm_hidden_size",
                                            "pos_emb_width")},
     ("kimi_k25_vision", "pos_emb_height"): "pos_emb_width",
+    # the wrapper's image_size laid into MiniCPM-V's tower (2 px): no image of whole 2 x 2 windows of patches
+    **{(t, "processor_image_size"): "processor_image_size"
+       for t in ("minicpmv4_6_vision", "minicpmv4_7_vision", "minicpm_ocr_vision")},
 }
 
 
@@ -303,6 +311,9 @@ NULLS_REFUSED = {
     "granitemoe": {"num_experts_per_tok": "kind"}, "phi": {"partial_rotary_factor": "forward"},
     # null: MllamaVisionConfig's [3, 7, 15, 23, 30], outputs of blocks a 2-block tower has not
     "mllama_vision_model": {"intermediate_layers_indices": "forward"},
+    # the wrapper's downsample_mode and image_size, laid into MiniCPM-V's tower (not fields of its config class)
+    **{t: {"downsample_mode": "kind", "processor_image_size": "kind"} for t in ("minicpmv4_7_vision",
+                                                                            "minicpm_ocr_vision")},
 }
 
 

@@ -271,6 +271,9 @@ def _towers(outer: dict, outer_type: str, family, text: dict, path: Path, notes:
         elif inner_type not in accepted:
             raise TfcalcError(f"{path}: {key}.model_type={show(inner['model_type'])}: expected "
                               f"{' or '.join(map(repr, accepted))}")
+        laid = {**family.defaults, **outer}  # the outer fields the tower reads (registry.Family.into_towers)
+        into = (family.into_towers or {}).get(tower, {})
+        inner = {**inner, **{to: laid[of] for of, to in into.items() if of in laid}}
         towers[tower], _ = _fields({**inner, "model_type": inner_type}, inner_type, path, notes, where=key)
     types = COMMON_TYPES | family.types
     given = {**family.defaults, **outer}

@@ -642,7 +642,7 @@ class ModelSpec(BaseModel):
             sizes = self.sizes("patch_embedding")
         except ValidationError:
             return  # named by _check_kinds
-        rows = sizes.tile_tokens(sizes.height, sizes.width)  # (of one tile: Mllama)
+        rows = sizes.table_rows  # (of one tile: Mllama)
         where = f"inputs='images' (kinds.patch_embedding: {sizes.describe()})"
         if self.positions == "rotary":  # a 2-D rotary over the patch grid (Qwen2-VL): no table, no row to run out of
             pass
@@ -867,7 +867,14 @@ class ModelSpec(BaseModel):
         """The frame's kinds with sizes of their own the spec uses: the patch embedding of a model of images, the
         audio front end of a model of audio, and the kinds after its stack (`output_kinds`)."""
         own = {"images": {"patch_embedding"}, "audio": {"audio_conv"}}.get(self.inputs, set())
-        return own | set(self.output_kinds)
+        return own | set(self.output_kinds) | self._inserted_kinds()
+
+    def _inserted_kinds(self) -> set[str]:
+        """The kinds a spec names by their sizes that run once between two blocks (`BlockKind.inserted`: MiniCPM-V's
+        window merger)."""
+        from .arch.builders import KINDS
+
+        return {name for name in self.kinds if (kind := KINDS.get(name)) is not None and kind.inserted}
 
     @property
     def output_kinds(self) -> tuple[str, ...]:

@@ -27,6 +27,9 @@ class Layer:
     kv_shared: bool = False  # attends with an earlier block's keys and values (Gemma 4's KV sharing)
     chunk: int | None = None  # its self-attention sees only its query's chunk of positions (Llama 4)
     rotary: bool = True  # rotary turns its queries and keys (False: a NoPE block; only with rotary positions)
+    # its tokens are the stack's input tokens / divisor: it runs after a kind inserted between blocks that merges
+    # tokens (MiniCPM-V's window merger: 4, one token per 2 x 2 window of patches)
+    divisor: int = 1
 
     @property
     def moe(self) -> bool:
@@ -44,7 +47,8 @@ class Layer:
                  f"window {self.window:,}" if self.window is not None
                  else f"chunks of {self.chunk:,}" if self.chunk is not None else "global"]
         return ", ".join(parts + (["cross-attention"] if self.cross else [])
-                         + (["shared keys and values"] if self.kv_shared else []) + ([] if self.rotary else ["NoPE"]))
+                         + (["shared keys and values"] if self.kv_shared else []) + ([] if self.rotary else ["NoPE"])
+                         + ([f"tokens / {self.divisor}"] if self.divisor != 1 else []))
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,31 @@ class Stack:
             points.add(self.n_layers - spec.sliding_window_layers)
         if spec.kv_shared_layers:
             points.add(self.n_layers - spec.kv_shared_layers)
+        for after, _, _ in self.inserted():  # the block a kind follows, and the blocks after it
+            points |= {p for p in (after, after + 1) if 0 < p < self.n_layers}
         return sorted(points)
+
+    def inserted(self) -> list[tuple[int, str, int]]:
+        """The kinds the spec inserts once between two blocks of the stack (`BlockKind.inserted`: MiniCPM-V's window
+        merger), each (the block it follows, its name, what it divides the tokens of the blocks after it by), by
+        their sizes' `after` and `divisor`; those after the last block are left out."""
+        from .builders import KINDS
+
+        out = []
+        for name in self.spec.kinds:
+            kind = KINDS.get(name)
+            if kind is not None and kind.inserted:
+                sizes = self.spec.sizes(name)
+                if 0 <= sizes.after < self.n_layers:
+                    out.append((sizes.after, name, sizes.divisor))
+        return out
+
+    def divisor(self, i: int) -> int:
+        """What the tokens of block i (of the final norm: i = n_layers) are the stack's input tokens divided by."""
+        out = 1
+        for after, _, by in self.inserted():
+            out *= by if i > after else 1
+        return out
 
     def layer(self, i: int) -> Layer:
         """The i-th block (from 0)."""
@@ -103,15 +131,18 @@ class Stack:
             chunk = spec.attention_chunk_size
         rotary = spec.rotary_layers is None or spec.rotary_layers[i % len(spec.rotary_layers)]
         kv_shared = spec.kv_shared_layers > 0 and i >= self.n_layers - spec.kv_shared_layers
+        inserted = tuple(name for after, name, _ in self.inserted() if after == i) if spec.kinds else ()
+        divisor = self.divisor(i) if spec.kinds else 1
         if spec.block_pattern:  # the kinds as the pattern lists them (a window only where there is attention)
             from .builders import KINDS
 
             kinds = tuple(spec.block_pattern[i % len(spec.block_pattern)].split("+"))
             attends = any(k == "attention" or "attention" in KINDS[k].parts for k in kinds)
-            return Layer(kinds, window if attends else None, kv_shared, rotary=rotary or not attends)
+            return Layer((*kinds, *inserted), window if attends else None, kv_shared, rotary=rotary or not attends,
+                         divisor=divisor)
         kinds = ("attention", *(("cross_attention",) if self.cross else ()), "moe" if moe else "mlp",
                  *(("per_layer_input",) if spec.d_per_layer_input and spec.parallel_block == "none" else ()))
-        return Layer(kinds, window, kv_shared, chunk, rotary)
+        return Layer((*kinds, *inserted), window, kv_shared, chunk, rotary, divisor)
 
     def rotary_width(self, layer: Layer) -> int:
         """Channels of each query and key head that rotary turns in this block: rotary_dim or the block's d_head

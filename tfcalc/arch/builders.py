@@ -49,7 +49,15 @@ class Ctx:
             return 0 if w.phase == "decode" else (w.src_len or w.seq_len)
         if self.past_shared_kv:
             return w.scored
-        return w.seq_len
+        return w.seq_len // self.divisor
+
+    @property
+    def divisor(self) -> int:
+        """What this block's (the final norm's) tokens are the stack's input tokens divided by: 1 but after a kind
+        inserted between blocks that merges tokens (`BlockKind.inserted`)."""
+        if self.layer is not None:
+            return self.layer.divisor
+        return self.stack.divisor(self.stack.n_layers) if self.final and self.spec.kinds else 1
 
     @property
     def past_shared_kv(self) -> bool:
@@ -67,7 +75,7 @@ class Ctx:
     @property
     def keys(self) -> int:
         """Keys of this stack's self-attention: the cache and the new tokens (the encoder has no cache)."""
-        return self.s if self.stack.name == "encoder" else self.workload.keys
+        return self.s if self.stack.name == "encoder" else self.workload.keys // self.divisor
 
     @property
     def src(self) -> int:
@@ -138,6 +146,10 @@ class BlockKind:
     kept_per_stage: Callable[[Ctx], list[tuple[str, int, int]]] | None = None
     sizes: type | None = None
     parts: tuple[str, ...] = ()
+    # runs once between two blocks of a stack, not in every block: its sizes' `after` names the block it follows
+    # (Stack.layer adds it to that block's kinds) and `divisor` what it divides the tokens of every block after it and
+    # of the final norm by (MiniCPM-V's window merger: 4)
+    inserted: bool = False
 
 
 class _Kinds(dict):

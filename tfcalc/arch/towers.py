@@ -117,9 +117,20 @@ def unit_tokens(spec: ModelSpec, name: str, workload: Workload) -> int:
     """Each unit's tokens in tower `name`'s output (an image's, a window of audio's): its sequence's less the padding
     it drops after its blocks (Mllama's tiles), or its share of a packed tower's one sequence."""
     own, tw = spec.towers[name], tower_workload(spec, name, workload)
-    if own.inputs == "images":
-        return own.sizes("patch_embedding").kept(*tw.image_size)
+    if own.inputs == "images":  # (a kind between its blocks may merge them: MiniCPM-V's window merger)
+        return own.sizes("patch_embedding").kept(*tw.image_size) // merged(own)
     return tw.tokens // max(units(spec, name, workload), 1)
+
+
+def merged(tower: ModelSpec) -> int:
+    """What a tower's output tokens are its input tokens divided by: 1 but after a kind inserted between its blocks
+    that merges them (`BlockKind.inserted`: MiniCPM-V's window merger, 4)."""
+    if not tower.kinds:
+        return 1
+    from .architecture import stacks
+
+    stack = stacks(tower)[-1]
+    return stack.divisor(stack.n_layers)
 
 
 def _input(tw: Workload) -> str:
@@ -182,7 +193,9 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
         side, tower = math.isqrt(c.merge), spec.towers[c.source]
         if tower.inputs == "images" and c.merge > 1 and side * side == c.merge:
             p = tower.sizes("patch_embedding").patch_size
-            rows, cols = tw.image_size[0] // p, tw.image_size[1] // p
+            # the grid the tower puts out: its patches', each side over a window merger's windows (MiniCPM-V's)
+            rows, cols = (n // p // math.isqrt(merged(tower)) for n in tw.image_size)
+            p *= math.isqrt(merged(tower))
         if tower.inputs == "images" and c.merge > 1 and side * side == c.merge and (rows % side or cols % side):
             # a square merge of an image's patches is a pixel shuffle of its grid: s x s blocks
             problems.append(f"image_size={tw.image_size[0]}x{tw.image_size[1]}: {rows}x{cols} {c.source} patches do "

@@ -14,6 +14,8 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
   input in place of `embedding`, `window_attention` (Qwen2.5-VL's attention within windows of the patch grid) and
   `patch_merger` (Qwen2-VL's merger after the blocks) and `patch_pooler` (Gemma 4's pooler after the blocks),
   registered lazily.
+- `window_merger` (MiniCPM-V's window-attention merger between two blocks of its vision tower: one token per 2 x 2
+  window, the blocks after it over a quarter of the patches), registered lazily.
 - `tile_position` (Llama 3.2 Vision's norm and gated tile table between its local and global encoders) and
   `layer_gates` (the tanh gates of its global encoder's blocks), registered lazily.
 - `attention_pool` (SigLIP's attention-pooling head: a probe attending to the stack's tokens, a norm, an MLP): in
@@ -31,5 +33,6 @@ from ..arch.builders import register_lazily
 # the sequence mixers of hybrid models and the input of a model of images: each module registers its kind when a
 # spec first names it
 for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "attention_pool",
-              "audio_conv", "window_attention", "patch_merger", "patch_pooler", "tile_position", "layer_gates"):
+              "audio_conv", "window_attention", "patch_merger", "patch_pooler", "tile_position", "layer_gates",
+              "window_merger"):
     register_lazily(_name, f"{__name__}.{_name}")

@@ -103,6 +103,10 @@ class Family:
     # defaults, or None: the class builds no such tower then); without them a nested family's other towers are not
     # modelled. A tower's model_type None: not modelled, its field given (not null) refuses the whole model by name
     towers: Mapping[str, tuple] | None = None
+    # outer fields a tower's config reads as its own: tower -> {outer field: the key it is laid in as}, the outer
+    # value (its default when absent) over the tower config's own, as the config class sets it (MiniCPM-V's
+    # __post_init__ writes its insert_layer_id into vision_config); a field neither gives nor defaults is not laid in
+    into_towers: Mapping[str, Mapping[str, str]] | None = None
     # the connectors between them: (the config's checked fields, each tower's ModelSpec fields ("text", "vision"),
     # notes) -> tfcalc.spec.Connector fields
     connectors: Callable[[dict[str, Any], dict[str, dict[str, Any]], list[str]], list[dict[str, Any]]] | None = None

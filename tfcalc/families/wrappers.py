@@ -30,6 +30,7 @@ from .glm4v import GLM4V_WHOLE, KIMI_K25_WHOLE
 from .gpt_neox import partial_factor, partial_rotary
 from .idefics3 import idefics3_whole
 from .lfm2_vl import LFM2_VL_WHOLE
+from .minicpmv import minicpmv_whole
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
 from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
 from .qwen3_vl import QWEN3_VL_MOE_WHOLE, QWEN3_VL_WHOLE
@@ -220,10 +221,14 @@ register(
     # read whole: SigLIP2's NaFlex tower and the pixel-unshuffle projector (tfcalc/families/lfm2_vl.py)
     Family("lfm2_vl", nested=("lfm2", TEXT), wrapper=Wrapper(tie=True, tie_aliases=("tie_embedding",)),
            **LFM2_VL_WHOLE),
-    # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model
-    Family("minicpmv4_6", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
-    Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False)),
-    Family("minicpm_ocr", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=True)),
+    # MiniCPM-V 4.6, 4.7 and MiniCPM-OCR: Qwen3.5's language model; read whole: the vision tower with its window
+    # merger, and the merger (tfcalc/families/minicpmv.py)
+    Family("minicpmv4_6", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False),
+           **minicpmv_whole("minicpmv4_6_vision")),
+    Family("minicpmv4_7", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=False),
+           **minicpmv_whole("minicpmv4_7_vision")),
+    Family("minicpm_ocr", nested=("qwen3_5_text", TEXT), wrapper=Wrapper(tie=True),
+           **minicpmv_whole("minicpm_ocr_vision", image_size=None, mode="4x")),
     Family("exaone4_5", nested=("exaone4", TEXT),
            wrapper=Wrapper(renamed={"exaone4_5_text": "exaone4"}, type_required=True, tie=False), **EXAONE4_5_WHOLE),
 )

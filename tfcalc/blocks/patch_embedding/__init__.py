@@ -111,6 +111,27 @@ class PatchSizes(BaseModel):
         0, description="Rows of Gemma 4's factorised position table [2, rows, D] (position_embedding_size): each "
                        "patch's x row and y row looked up and summed (no matmul), beside the 2-D rotary. 0: none.")
 
+    table_size: Size | None = Field(
+        None, description="The side in pixels of the square image whose patch grid the learned position table holds, "
+                          "when it is not the model's image (MiniCPM-V: its vision image_size 980, a table of 70 x 70 "
+                          "rows bucketed to each image's grid; the model's image is the processor's 448). None: the "
+                          "model's image's.")
+
+    @property
+    def table_rows(self) -> int:
+        """Rows of the learned position table: the patches (and the class token) of the model's image (of one tile:
+        Mllama), or of table_size's square."""
+        if self.table_size is None:
+            return self.tile_tokens(self.height, self.width)
+        return (self.table_size // self.patch_size) ** 2 + int(self.class_token)
+
+    @property
+    def table_grid(self) -> tuple[int, int]:
+        """The patch grid (rows, columns) the learned position table is laid out on."""
+        if self.table_size is None:
+            return self.height // self.patch_size, self.width // self.patch_size
+        return (self.table_size // self.patch_size,) * 2
+
     @property
     def height(self) -> int:
         """The model's image's height (up_to_image_size: the largest it reads, a whole number of patch blocks)."""
@@ -190,6 +211,9 @@ class PatchSizes(BaseModel):
         if self.position_grid is not None and spec.positions == "learned":
             out.append(f"kinds.patch_embedding.position_grid={self.position_grid}: a table beside rotary positions "
                        "(GLM-4.1V's); with positions='learned' the spec's own table is the positions")
+        if self.table_size is not None and (spec.positions != "learned" or self.tiled):
+            out.append(f"kinds.patch_embedding.table_size={self.table_size}: the grid of a learned position table "
+                       "(positions='learned', one image a sequence); leave it out")
         if not isinstance(self.image_size, int) and len(self.image_size) != 2:
             out.append(f"kinds.patch_embedding.image_size={self.image_size!r}: expected H or [H, W]")
         elif self.up_to_image_size and min(self.height, self.width) == 0:

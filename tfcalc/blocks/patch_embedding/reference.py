@@ -103,7 +103,7 @@ class PatchEmbedding(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         sizes, D = spec.sizes("patch_embedding"), spec.d_model
-        self.grid = (sizes.height // sizes.patch_size, sizes.width // sizes.patch_size)
+        self.grid = sizes.table_grid  # the position table's grid (its rows resampled to another image's)
         T, p = sizes.temporal_patch_size, sizes.patch_size
         self.patch = (PatchConv(sizes.channels, D, p, stride=p, bias=sizes.bias) if T == 1 else
                       PatchConv3d(sizes.channels, D, (T, p, p), stride=(T, p, p), bias=sizes.bias))
