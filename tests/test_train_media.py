@@ -13,6 +13,7 @@ import transformers
 from hf_oracle import hf_config, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_towers import TOML
 from torch.utils.flop_counter import FlopCounterMode
 from typer.testing import CliRunner
 
@@ -124,34 +125,7 @@ def test_whisper_large_v3_budget_in_clips_and_audio_hours():
     assert training_budget(spec, samples=1, workload=ten).flops == count(spec, ten).flops.train_step
 
 
-TOY_VLM = """
-name = "toy-vlm"
-description = "GPT-2 with a ViT-B/16 vision tower and a linear projector (tests/test_towers.py)"
-source = "tests/test_train_media.py"
-[model]
-n_layers = 12
-d_model = 768
-n_heads = 12
-vocab_size = 50257
-seq_len = 1024
-max_positions = 1024
-[model.towers.vision]
-n_layers = 12
-d_model = 768
-n_heads = 12
-seq_len = 197
-causal = false
-lm_head = false
-inputs = "images"
-[model.towers.vision.kinds.patch_embedding]
-image_size = 224
-patch_size = 16
-[[model.connectors]]
-name = "projector"
-widths = [768, 768]
-bias = true
-drop_class_token = true
-"""
+TOY_VLM = TOML.replace("tests/test_towers.py", "tests/test_train_media.py")  # GPT-2 + ViT-B/16 + a projector
 
 
 @pytest.fixture(scope="module")
