@@ -21,7 +21,7 @@ from __future__ import annotations
 from ..hf import (DECODER_TYPES, PATTERN_LIMIT, activation_of, decoder_fields, layer_kinds, refuse_if, set_window,
                   shortest_cycle)
 from .gemma import GEMMA2_COMPONENTS
-from .gemma4_vision import GEMMA4_WHOLE
+from .gemma4_audio import GEMMA4_WHOLE
 from .registry import Family, register
 
 # Gemma4TextConfig declares use_bidirectional_attention as Literal["all", "vision"] | None: the kind "all|vision?"
