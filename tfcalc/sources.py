@@ -180,7 +180,7 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
     if frames is not None and spec.is_encoder_decoder:
         fields["mel_frames"], fields["src_len"] = frames, frames // 2
     elif frames is not None and spec.inputs == "audio":  # an audio encoder alone: its tokens are half the frames
-        fields["mel_frames"], fields["seq_len"] = frames, frames // 2
+        fields["mel_frames"], fields["seq_len"] = frames, spec.sizes("audio_conv").tokens(frames)  # (its front end's)
     elif frames is not None:  # a model with an audio tower: each sequence's audio
         fields["mel_frames"] = frames
     return Workload.model_validate(fields)
@@ -232,6 +232,11 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
                           "(give --audio-seconds)")
     if audio_seconds is None:
         return sizes.window
+    if sizes.frame_length is not None:  # a feature extractor of its own (Gemma 4's tower alone)
+        seconds = _seconds(audio_seconds)
+        if seconds is None or seconds.adjusted() >= MAX_DIGITS - 3:
+            raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
+        return _clip_frames(spec, sizes, seconds, audio_seconds)
     try:
         seconds = Decimal(audio_seconds.strip().replace("_", ""))
     except InvalidOperation:

@@ -161,7 +161,7 @@ def gemma4_parts(model, spec, workload) -> list:
     tower = model.model.vision_tower
     n = images(workload)
     parts = []
-    if n:
+    if n and "vision" in spec.towers:  # (vision_config null: no vision tower)
         (H, W), k2 = image_size(spec, workload), tower.config.pooling_kernel_size ** 2
         P = (H // tower.config.patch_size) * (W // tower.config.patch_size)
         parts += vision_parts(tower, "model.vision_tower", n, (H, W))
