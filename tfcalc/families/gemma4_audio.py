@@ -45,10 +45,10 @@ DEFAULTS = dict(hidden_size=1024, num_hidden_layers=12, num_attention_heads=8, h
                 attention_logit_cap=50.0, attention_invalid_logits_value=-1.0e9, use_clipped_linears=True,
                 rms_norm_eps=1e-6, gradient_clipping=1e10, output_proj_dims=1536)
 TYPES = dict(hidden_size="size", num_hidden_layers="size", num_attention_heads="size", hidden_act="str",
-             subsampling_conv_channels="integers", conv_kernel_size="size", residual_weight="number",
+             subsampling_conv_channels="integers", conv_kernel_size="size", residual_weight="float",
              attention_chunk_size="size", attention_context_left="size", attention_context_right="count",
-             attention_logit_cap="number", attention_invalid_logits_value="number", use_clipped_linears="bool",
-             rms_norm_eps="number", gradient_clipping="number", output_proj_dims="size")
+             attention_logit_cap="float", attention_invalid_logits_value="float", use_clipped_linears="bool",
+             rms_norm_eps="float", gradient_clipping="float", output_proj_dims="size")
 
 SUB = r"subsample_conv_projection"
 LAYER = r"layers\.\d+"
