@@ -215,5 +215,5 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
 
 register(Family("gemma4_text", DEFAULTS, TYPES, gemma4_text, COMPONENTS),
          # the multimodal config, whole: its language model from text_config, its vision tower from vision_config
-         # (tfcalc/families/gemma4_vision.py); the audio tower is not modelled
+         # (tfcalc/families/gemma4_vision.py), its audio tower from audio_config (tfcalc/families/gemma4_audio.py)
          Family("gemma4", nested=("gemma4_text", "text_config"), **GEMMA4_WHOLE))

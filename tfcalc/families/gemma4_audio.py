@@ -94,12 +94,12 @@ def gemma4_audio(cfg: dict, notes: list[str]) -> dict:
               f"sizes have at most {MAX_DIGITS} digits")
     mel = 4 * (channels[0] // 4)
     audio = {"mel_bins": mel, "subsample": channels, "frame_length": FRAME_LENGTH, "pad_to": PAD_TO,
-             "max_samples": MAX_SAMPLES, "positions": 750}
+             "max_samples": MAX_SAMPLES}
     from ..blocks.audio_conv import AudioSizes
 
-    window = AudioSizes.model_validate(audio).window
-    tokens = AudioSizes.model_validate(audio).tokens(window)
-    audio["positions"] = tokens
+    sizes = AudioSizes.model_validate(audio)
+    window = sizes.window
+    audio["positions"] = tokens = sizes.tokens(window)  # the longest clip's tokens (750: audio_seq_length)
     notes.append(f"the audio tower's input: {mel} mel bins (input_proj reads subsampling_conv_channels[0] // 4 = "
                  f"{channels[0] // 4} frequency rows after the two stride-2 Conv2d); a clip of at most 30 s "
                  f"({window:,} mel frames, {tokens} tokens; the feature extractor truncates longer audio), one clip "

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, RESIDUAL_ADD, BlockKind, Ctx, register
-from ...arch.ops import AttentionCore, Elementwise, Mask, Matmul, Norm, Op, Table
+from ...arch.ops import AttentionCore, Elementwise, Linear, Mask, Matmul, Norm, Op, Table
 from ...sizes import Size
 from ..conv.records import Conv
 
@@ -82,7 +82,9 @@ def conformer(ctx: Ctx) -> list[Op]:
 
     attention = [
         Norm(name("attention/norm"), "rmsnorm", t, D),
-        Matmul(name("attention/qkv"), t, D, 3 * H * dh, split="column"),  # x: [t, D] @ W_q|W_k|W_v: [D, 3 H dh]
+        # x: [t, D] @ W_q|W_k|W_v: [D, 3 H dh], three modules (three tensors a checkpoint and an optimizer keep)
+        Matmul(name("attention/qkv"), t, D, 3 * H * dh, split="column",
+               linears=(Linear("q", H * dh), Linear("k", H * dh), Linear("v", H * dh))),
         Table(name("attention/scale"), 1, dh, "scalar"),  # per_dim_scale [dh]: softplus, times each query
         # the relative positions' sinusoids [P, D] @ W: [D, H dh], once per forward (no batch); role "features": its
         # input is a constant (no gradient), its backward the weight gradient alone
@@ -119,8 +121,7 @@ register(BlockKind("conformer", conformer, family="other", in_pattern=True, size
                    reference=f"{__name__}.reference",
                    components=((r"conformer\.ff1\.(norm|up|down|post_norm)", r"ff1/\1"),
                                (r"conformer\.ff2\.(norm|up|down|post_norm)", r"ff2/\1"),
-                               (r"conformer\.attention\.(?:q|k|v)", "attention/qkv"),
-                               (r"conformer\.attention\.(norm|scale|relative|out|post_norm)", r"attention/\1"),
+                               (r"conformer\.attention\.(norm|qkv|scale|relative|out|post_norm)", r"attention/\1"),
                                (r"conformer\.attention\.core", "attention/core"),
                                (r"conformer\.lconv\.(norm|start|conv|conv_norm|end)", r"lconv/\1"),
                                (r"conformer\.norm", "conformer/norm"))))

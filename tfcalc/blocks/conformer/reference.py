@@ -1,7 +1,7 @@
 """The `conformer` kind's torch module: Gemma 4's conformer block (transformers' Gemma4AudioLayer) as its eager path
 runs it: the chunked attention's blocks of queries against their padded contexts, the relative scores over the
 positions' sinusoids shifted into place (Transformer-XL's shift), the light convolution's left-padded depthwise
-Conv1d. Module names are the kind's components (`ff1.up`, `attention.q`, `lconv.conv`, ...); the clamps and scales
+Conv1d. Module names are the kind's components (`ff1.up`, `attention.qkv`, `lconv.conv`, ...); the clamps and scales
 are left out (elementwise, not counted)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class ChunkedAttention(nn.Module):
         self.H, self.dh, self.chunk, self.context = H, dh, sizes.chunk, sizes.context
         self.past, self.future, self.P = sizes.left - 1, sizes.right, sizes.positions
         self.norm, self.post_norm = RMSNorm(D), RMSNorm(D)
-        self.q, self.k, self.v = (nn.Linear(D, H * dh, bias=False) for _ in range(3))
+        self.qkv = nn.Linear(D, 3 * H * dh, bias=False)  # q_proj, k_proj, v_proj as one module (one record)
         self.relative = nn.Linear(D, H * dh, bias=False)
         self.scale = Parameter(dh)
         self.out = nn.Linear(H * dh, D, bias=False)
@@ -58,8 +58,8 @@ class ChunkedAttention(nn.Module):
     def attend(self, x: torch.Tensor) -> torch.Tensor:
         b, s, D = x.shape
         H, dh = self.H, self.dh
-        q = self.q(x).view(b, s, H, dh) * F.softplus(self.scale.weight)
-        k, v = self.k(x).view(b, s, H, dh), self.v(x).view(b, s, H, dh)
+        q, k, v = (t.reshape(b, s, H, dh) for t in self.qkv(x).chunk(3, dim=-1))
+        q = q * F.softplus(self.scale.weight)
         r = self.relative(self.sinusoids(D, x.device, x.dtype)).view(-1, H, dh)  # [P, H, dh]
         return self.out(self.core(q, k, v, r))
 
