@@ -227,10 +227,13 @@ def describe_workload(w, spec=None) -> str:
         if "audio" in spec.towers:  # each sequence's audio, in whole windows
             from .arch.towers import audio_windows
 
-            frames = w.mel_frames or spec.towers["audio"].sizes("audio_conv").window
+            sizes = spec.towers["audio"].sizes("audio_conv")
+            frames = w.mel_frames or sizes.window
             n, into = audio_windows(spec, w), image_tokens(spec, w, "audio")
-            parts.append(f"{_seconds(frames)} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of "
-                         f"{spec.towers['audio'].sizes('audio_conv').window:,} mel frames" + (
+            clip = f"a clip of {frames:,} mel frames a sequence ({n:,} clip{'s' if n != 1 else ''} of up to " \
+                   f"{sizes.window:,}" if not sizes.whole_windows else \
+                   f"{_seconds(frames)} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of {sizes.window:,}"
+            parts.append(f"{clip} mel frames" + (
                              f"; {into:,} of the tokens)" if into and w.phase != "decode" else
                              "; encoded at the prefill)" if w.phase == "decode" else ")"))
         return ", ".join(parts) + f"; {scored}"
