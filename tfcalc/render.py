@@ -244,6 +244,8 @@ def describe_workload(w, spec=None) -> str:
     if getattr(w, "mel_frames", None) is not None and w.phase != "decode":  # a model of audio: the encoder's input
         tokens = f", {w.src_len:,} encoder tokens" if w.src_len is not None else ""  # (an audio encoder alone: N)
         src = f", {_seconds(w.mel_frames)} s of audio ({w.mel_frames:,} mel frames{tokens})"
+        if spec is not None and spec.inputs == "audio" and not spec.sizes("audio_conv").whole_windows:
+            src = f", a clip of {w.mel_frames:,} mel frames{tokens}"  # (Gemma 4's: not 100 frames a second exactly)
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 
