@@ -137,7 +137,8 @@ def _measure(spec: ModelSpec) -> tuple[int, int, int] | None:
         return _families(build(spec, workload))
 
     (lin1, quad1, m), (lin2, quad2, m2) = at(1), at(2)
-    if not (lin2 == 2 * lin1 and quad2 == 4 * quad1 and m2 == 2 * m):
+    assert m2 == 2 * m, "the MLP is m N"
+    if not (lin2 == 2 * lin1 and quad2 == 4 * quad1):
         return None  # attention within blocks of a fixed context (Gemma 4's conformer): not a N + b N^2
     return lin1, quad1, m
 

@@ -669,7 +669,7 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
                          f"the audio to it; WhisperEncoder refuses another length): compared there, not at the "
                          f"workload's {workload.mel_frames:,}")
         if not sizes.whole_windows:
-            pass
+            pass  # (work set above: the clip's own frames)
         elif spec.is_encoder_decoder:
             work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
                             mel_frames=sizes.window)
