@@ -349,7 +349,8 @@ def crossover_line(result: CountResult) -> str:
     at = f"N = {w.seq_len:,}" if not w.context else f"{new} against {w.keys:,} keys"
     where = f"at N >= {c.seq_len:,}" if c.seq_len is not None else "at no N"
     if not getattr(c, "modelled", True):  # attention within windows of an image's grid: no a N + b N^2
-        where = "at an N not modelled (attention within windows of the image's grid)"
+        where = ("at an N not modelled (attention within windows of the image's grid)" if result.spec.inputs == "images"
+                 else "at an N not modelled (attention within blocks of a fixed context: not a N + b N^2)")
     return (f"Attention (projections + scores + values) overtakes the MLP {where}. "
             f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
             f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}"
