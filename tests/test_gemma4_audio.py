@@ -94,14 +94,14 @@ def test_whole_gemma4_with_audio_equals_its_generation_class(tmp_path, audio):
     spec = read_hf_config(path).spec
     assert set(spec.towers) == {"vision", "audio"}
     # two sequences, each with a clip of 99 mel frames (1 s: 16,000 samples, (16,000 - 161) // 160 + 1 frames):
-    # ceil(99 / 2) = 50, then 25 tokens; one image of 4 x 6 patches of 4, pooled 2 x 2 into 6 tokens
-    workload = Workload(batch_size=2, seq_len=40, images=1, image_size=(16, 24), mel_frames=99)
+    # ceil(99 / 2) = 50, then 25 tokens; two images of 4 x 6 patches of 4, each pooled 2 x 2 into 6 tokens
+    workload = Workload(batch_size=2, seq_len=40, images=2, image_size=(16, 24), mel_frames=99)
     tw = tower_workload(spec, "audio", workload)
     assert (tw.batch_size, tw.seq_len, tw.mel_frames) == (2, 25, 99)
     result = count(spec, workload)
     D, O, T = audio["hidden_size"], audio["output_proj_dims"], TEXT["hidden_size"]
-    # embed_vision 48 x 32 on 6 tokens; embed_audio's weightless RMSNorm and O x 32 on every token of both clips
-    assert result.towers["connectors"] == {"params": 48 * T + O * T, "forward": 2 * 6 * 48 * T + 2 * 50 * O * T}
+    # embed_vision 48 x 32 on 12 tokens; embed_audio's weightless RMSNorm and O x 32 on every token of both clips
+    assert result.towers["connectors"] == {"params": 48 * T + O * T, "forward": 2 * 12 * 48 * T + 2 * 50 * O * T}
     assert count(select(spec, "audio")).params.total == tower_params(audio) == meta_params(
         transformers.Gemma4AudioModel, audio)
     assert result.params.total == meta_params(transformers.Gemma4ForConditionalGeneration, cfg)
