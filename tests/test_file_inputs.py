@@ -472,6 +472,9 @@ BASE["mllama_text_model"] = dict(num_hidden_layers=4, hidden_size=64, num_attent
 BASE["whisper"] = dict(encoder_layers=2, decoder_layers=3, d_model=64, encoder_attention_heads=4,
                        decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, num_mel_bins=8,
                        max_source_positions=16, max_target_positions=32, vocab_size=100, tie_word_embeddings=False)
+# Gemma 4's audio tower: channels [8, 4] (8 mel bins), chunks of 4 queries against 8 keys
+BASE["gemma4_audio"] = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, subsampling_conv_channels=[8, 4],
+                            attention_chunk_size=4, attention_context_left=5, output_proj_dims=24)
 BASE["voxtral_encoder"] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=96,
                                num_mel_bins=8, max_source_positions=16)
 # the multimodal wrappers' towers read whole (each a family of its own), small
@@ -922,6 +925,8 @@ DIRECT["whisper"] = dict(encoder_layers="n_encoder_layers", decoder_layers="n_la
                          hidden_size="d_model", num_attention_heads="n_heads", num_key_value_heads="n_heads",
                          num_hidden_layers="n_encoder_layers")
 # Voxtral's audio tower: VoxtralEncoderConfig's attribute_map (d_model, encoder_layers, ...) lands on its own names
+# (hidden_size and num_attention_heads move d_head, d_ff and n_kv_heads too: not direct)
+DIRECT["gemma4_audio"] = dict(num_hidden_layers="n_layers")
 DIRECT["voxtral_encoder"] = _TOWER_DIRECT | dict(d_model="d_model", encoder_layers="n_layers",
                                                  encoder_attention_heads="n_heads", encoder_ffn_dim="d_ff")
 TRIED = {"examples": 0, "read": 0, "refused": 0}

@@ -1,6 +1,6 @@
 """Gemma 4 read whole (gemma4: its language model, the vision tower gemma4_vision, embed_vision): exact against
 transformers' Gemma4ForConditionalGeneration on meta, part by part (tfcalc/families/gemma4_vision.py), and against one
-eager forward of the whole class on the CPU under FlopCounterMode; the audio tower refused by name."""
+eager forward of the whole class on the CPU under FlopCounterMode (the audio tower: tests/test_gemma4_audio.py)."""
 
 import json
 import warnings
@@ -102,21 +102,13 @@ def test_the_vision_tower_alone_equals_its_own_class(tmp_path):
     assert "MATCH: all 23 rows agree exactly" in out.output and "unmapped" not in out.output, out.output
 
 
-def test_vision_config_null_is_the_language_model_and_audio_is_refused_by_name(tmp_path):
+def test_vision_config_null_is_the_language_model(tmp_path):
     # no vision_config: Gemma4Config builds no vision tower (SubConfigSpec optional): the language model and head
     no_vision = config(vision=None)
     spec = read_hf_config(write(tmp_path, no_vision, "text.json")).spec
     assert spec.towers == {} and spec.connectors == []
     assert count(spec).params.total == meta_params(transformers.Gemma4ForConditionalGeneration, no_vision)
-    # an audio tower (a conformer) is not modelled: the whole model refused by name, the towers read still counted
-    path = write(tmp_path, config(audio_config={"model_type": "gemma4_audio"}))
-    whole = runner.invoke(app, ["count", "--hf-config", str(path)])
-    assert whole.exit_code == 2 and "audio_config tower is not modelled yet" in whole.output, whole.output
-    assert "--tower vision its vision tower" in whole.output and "Traceback" not in whole.output
-    for tower in ("text", "vision"):
-        assert runner.invoke(app, ["count", "--hf-config", str(path), "--tower", tower]).exit_code == 0
-    audio = runner.invoke(app, ["count", "--hf-config", str(path), "--tower", "audio"])
-    assert audio.exit_code == 2 and "audio_config tower is not modelled yet" in audio.output, audio.output
+    # (an audio_config: the audio tower is read too, tests/test_gemma4_audio.py)
 
 
 def test_bad_image_sizes_are_refused_in_one_line(tmp_path):
@@ -153,9 +145,10 @@ def test_published_31b_config_whole_and_its_preset():
     assert total == 30_697_345_280 + vision + D * 5376
 
 
-def test_published_e2b_config_its_vision_tower_alone_and_its_audio_refused(tmp_path):
-    # google/gemma-4-E2B-it: a vision tower (16 blocks of 768, MLP 3072, 12 heads of 64, clipped linears) and an
-    # audio tower (not modelled): whole refused by name, each modelled tower counted (tests/data says where from)
+def test_published_e2b_config_its_vision_tower_alone(tmp_path):
+    # google/gemma-4-E2B-it: a vision tower (16 blocks of 768, MLP 3072, 12 heads of 64, clipped linears) against
+    # Gemma4VisionModel; the language model against Gemma4ForCausalLM (tests/data says where each config is from;
+    # the whole model with its audio tower: tests/test_gemma4_audio.py)
     towers = json.loads((Path(__file__).parent / "data" / "gemma4_e2b_towers.json").read_text())
     text = json.loads((Path(__file__).parent / "data" / "gemma4_text_configs.json").read_text())["gemma-4-e2b"]
     cfg = {"model_type": "gemma4", "text_config": text["text_config"], "tie_word_embeddings": True,
@@ -167,8 +160,6 @@ def test_published_e2b_config_its_vision_tower_alone_and_its_audio_refused(tmp_p
     assert count(select(spec, "vision")).params.total == vision == meta_params(transformers.Gemma4VisionModel,
                                                                               towers["vision_config"])
     assert count(select(spec, "text")).params.total == text["transformers_params"]
-    whole = runner.invoke(app, ["count", "--hf-config", str(path)])
-    assert whole.exit_code == 2 and "its audio_config tower is not modelled yet" in whole.output, whole.output
 
 
 @pytest.mark.parametrize("text,vision", [(TEXT, VISION), VARIANT])

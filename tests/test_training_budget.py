@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tfcalc import ModelSpec, TfcalcError, count, load_preset
+from tfcalc.arch.towers import select
 from tfcalc.cli import app
 from tfcalc.plan.gpus import lookup
 from tfcalc.plan.train import mfu_of_run, training_budget
@@ -75,7 +76,8 @@ def test_full_recompute_runs_the_blocks_again_not_the_embedding_projections(pres
     # Full recomputation runs every block's forward again in backward; the embeddings run once, their projections
     # too (ALBERT's E -> D embedding_hidden_mapping_in, Gemma 4's per-layer-input projection), and so do the
     # pooler and the head. Hardware FLOPs = 3 x forward + the blocks' forward, per sequence of N tokens.
-    spec = load_preset(preset).replace(seq_len=512, batch_size=1)
+    # (gemma4-e2b is whole: its language model, tests/test_gemma4_audio.py for the towers)
+    spec = select(load_preset(preset), "text").replace(seq_len=512, batch_size=1)
     plain, full = training_budget(spec, 512), training_budget(spec, 512, recompute="full")
     f = count(spec).flops.components
     N, D = 512, spec.d_model

@@ -238,10 +238,13 @@ def describe_workload(w, spec=None) -> str:
         if "audio" in spec.towers:  # each sequence's audio, in whole windows
             from .arch.towers import audio_windows
 
-            frames = w.mel_frames or spec.towers["audio"].sizes("audio_conv").window
+            sizes = spec.towers["audio"].sizes("audio_conv")
+            frames = w.mel_frames or sizes.window
             n, into = audio_windows(spec, w), image_tokens(spec, w, "audio")
-            parts.append(f"{_seconds(frames)} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of "
-                         f"{spec.towers['audio'].sizes('audio_conv').window:,} mel frames" + (
+            clip = f"a clip of {frames:,} mel frames a sequence ({n:,} clip{'s' if n != 1 else ''} of up to " \
+                   f"{sizes.window:,}" if not sizes.whole_windows else \
+                   f"{_seconds(frames)} s of audio a sequence ({n:,} window{'s' if n != 1 else ''} of {sizes.window:,}"
+            parts.append(f"{clip} mel frames" + (
                              f"; {into:,} of the tokens)" if into and w.phase != "decode" else
                              "; encoded at the prefill)" if w.phase == "decode" else ")"))
         return ", ".join(parts) + f"; {scored}"
@@ -252,6 +255,8 @@ def describe_workload(w, spec=None) -> str:
     if getattr(w, "mel_frames", None) is not None and w.phase != "decode":  # a model of audio: the encoder's input
         tokens = f", {w.src_len:,} encoder tokens" if w.src_len is not None else ""  # (an audio encoder alone: N)
         src = f", {_seconds(w.mel_frames)} s of audio ({w.mel_frames:,} mel frames{tokens})"
+        if spec is not None and spec.inputs == "audio" and not spec.sizes("audio_conv").whole_windows:
+            src = f", a clip of {w.mel_frames:,} mel frames{tokens}"  # (Gemma 4's: not 100 frames a second exactly)
     return f"{w.phase}: B={w.batch_size}, {new}{src}; {scored}"
 
 
@@ -355,7 +360,8 @@ def crossover_line(result: CountResult) -> str:
     at = f"N = {w.seq_len:,}" if not w.context else f"{new} against {w.keys:,} keys"
     where = f"at N >= {c.seq_len:,}" if c.seq_len is not None else "at no N"
     if not getattr(c, "modelled", True):  # attention within windows of an image's grid: no a N + b N^2
-        where = "at an N not modelled (attention within windows of the image's grid)"
+        where = ("at an N not modelled (attention within windows of the image's grid)" if result.spec.inputs == "images"
+                 else "at an N not modelled (attention within blocks of a fixed context: not a N + b N^2)")
     return (f"Attention (projections + scores + values) overtakes the MLP {where}. "
             f"At {at}: attention {pct(c.attention_share)} of block FLOPs (scores + values "
             f"{pct(c.quadratic_share)}), MLP {pct(c.mlp_share)}"

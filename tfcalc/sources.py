@@ -180,7 +180,7 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
     if frames is not None and spec.is_encoder_decoder:
         fields["mel_frames"], fields["src_len"] = frames, frames // 2
     elif frames is not None and spec.inputs == "audio":  # an audio encoder alone: its tokens are half the frames
-        fields["mel_frames"], fields["seq_len"] = frames, frames // 2
+        fields["mel_frames"], fields["seq_len"] = frames, spec.sizes("audio_conv").tokens(frames)  # (its front end's)
     elif frames is not None:  # a model with an audio tower: each sequence's audio
         fields["mel_frames"] = frames
     return Workload.model_validate(fields)
@@ -232,6 +232,11 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
                           "(give --audio-seconds)")
     if audio_seconds is None:
         return sizes.window
+    if sizes.frame_length is not None:  # a feature extractor of its own (Gemma 4's tower alone)
+        seconds = _seconds(audio_seconds)
+        if seconds is None or seconds.adjusted() >= MAX_DIGITS - 3:
+            raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
+        return _clip_frames(spec, sizes, seconds, audio_seconds)
     try:
         seconds = Decimal(audio_seconds.strip().replace("_", ""))
     except InvalidOperation:
@@ -275,7 +280,35 @@ def _tower_audio(spec: ModelSpec, audio_seconds: str | None) -> int:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
     if seconds.adjusted() >= MAX_DIGITS - 3:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: sizes have at most {MAX_DIGITS} digits")
+    sizes = spec.towers["audio"].sizes("audio_conv")
+    if sizes.frame_length is not None:  # a feature extractor of its own (Gemma 4's): from the clip's samples
+        return _clip_frames(spec, sizes, seconds, audio_seconds)
     return math.ceil(seconds * 100)  # a frame every 10 ms (hop 160 at 16 kHz)
+
+
+def _clip_frames(spec: ModelSpec, sizes, seconds, typed: str) -> int:
+    """A clip's mel frames by its tower's feature extractor (Gemma 4's): its samples at 16 kHz, at most max_samples
+    (longer audio is truncated: refused here), the tower's tokens what the processor puts in the prompt (a clip whose
+    padding to pad_to samples adds a token the prompt has not: refused, the nearest lengths named)."""
+    from .blocks.audio_conv import SAMPLE_RATE
+
+    samples = seconds * SAMPLE_RATE
+    if samples != samples.to_integral_value():
+        raise TfcalcError(f"--audio-seconds {typed}: {samples.normalize():f} samples at 16 kHz; give a whole number "
+                          "of samples (multiples of 1/16,000 s)")
+    samples = int(samples)
+    if samples > sizes.max_samples:
+        raise TfcalcError(f"--audio-seconds {typed}: {spec.label}'s feature extractor truncates a clip at "
+                          f"{sizes.max_samples:,} samples ({sizes.max_samples / SAMPLE_RATE:g} s); at most that")
+    frames = sizes.frames(samples)
+    if sizes.tokens(frames) != sizes.prompt_tokens(samples) or not frames:
+        step = sizes.pad_to
+        near = [n for n in (samples // step * step, -(-samples // step) * step) if 0 < n <= sizes.max_samples]
+        raise TfcalcError(f"--audio-seconds {typed}: the tower computes {sizes.tokens(frames)} tokens of the clip, its "
+                          f"processor puts {sizes.prompt_tokens(samples)} in the prompt (the padding to {step} samples "
+                          f"adds one): not modelled; "
+                          f"{' or '.join(f'{n / SAMPLE_RATE:g}' for n in near) or 'a longer clip'} s would do")
+    return frames
 
 
 def parse_image_size(text: str) -> tuple[int, int]:

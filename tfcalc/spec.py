@@ -683,7 +683,10 @@ class ModelSpec(BaseModel):
         except ValidationError:
             return  # named by _check_kinds
         where = f"inputs='audio' with n_encoder_layers=0 (an audio encoder: kinds.audio_conv: {sizes.describe()})"
-        if self.positions != "learned":
+        if sizes.subsample:  # Gemma 4's front end: no table (its conformer blocks' attention has relative positions)
+            if self.positions != "none":
+                problems.append(f"positions={self.positions!r}: {where} has no position table (positions='none')")
+        elif self.positions != "learned":
             problems.append(f"positions={self.positions!r}: {where} adds its position table of {sizes.positions} rows "
                             "(positions='learned')")
         elif self.max_positions is None:
@@ -696,7 +699,7 @@ class ModelSpec(BaseModel):
         for field, bad in (("vocab_size", self.vocab_size is not None), ("lm_head", self.lm_head),
                            ("causal", self.causal), ("n_token_types", self.n_token_types),
                            ("embedding_norm", self.embedding_norm), ("d_embedding", self.d_embedding is not None),
-                           ("block_pattern", self.block_pattern is not None),
+                           ("block_pattern", self.block_pattern is not None and not sizes.subsample),
                            ("d_per_layer_input", self.d_per_layer_input is not None)):
             if bad:
                 problems.append(f"{field}={getattr(self, field)!r} is not modelled with {where}")
@@ -879,8 +882,9 @@ class ModelSpec(BaseModel):
     @property
     def output_kinds(self) -> tuple[str, ...]:
         """The frame's kinds after the stack's final norm, before the head, that a spec names by their sizes: a
-        patch merger (Qwen2-VL's vision tower: kinds.patch_merger), a pooler (Gemma 4's: kinds.patch_pooler)."""
-        return tuple(kind for kind in ("patch_merger", "patch_pooler") if kind in self.kinds)
+        patch merger (Qwen2-VL's vision tower: kinds.patch_merger), a pooler (Gemma 4's: kinds.patch_pooler), a linear
+        over every token (Gemma 4's audio output_proj: kinds.token_projection)."""
+        return tuple(kind for kind in ("patch_merger", "patch_pooler", "token_projection") if kind in self.kinds)
 
     @property
     def input_kind(self) -> str:

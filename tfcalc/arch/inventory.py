@@ -113,8 +113,8 @@ def default_workload(spec: ModelSpec) -> Workload:
     if spec.inputs == "audio" and spec.is_encoder_decoder:  # the model's window of mel frames, its encoder's positions
         frames = spec.sizes("audio_conv").window
         src_len = frames // 2
-    elif spec.inputs == "audio":  # an audio encoder alone: its tokens are half the mel frames
-        frames = 2 * spec.seq_len
+    elif spec.inputs == "audio":  # an audio encoder alone: its tokens are half the mel frames (its front end's)
+        frames = spec.sizes("audio_conv").frames_for(spec.seq_len)
     elif "audio" in spec.towers:  # a model with an audio tower: one window (30 s) of audio per sequence
         frames = spec.towers["audio"].sizes("audio_conv").window
     from .towers import with_images
@@ -162,9 +162,10 @@ def _audio_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     if spec.inputs != "audio":
         return [f"mel_frames={workload.mel_frames}: {spec.label} reads {spec.inputs}, not audio (inputs='audio')"]
     if not spec.is_encoder_decoder:  # an audio encoder alone: seq_len is its tokens, half the mel frames
-        if workload.mel_frames is not None and workload.mel_frames != 2 * workload.seq_len:
+        sizes = spec.sizes("audio_conv")
+        if workload.mel_frames is not None and sizes.tokens(workload.mel_frames) != workload.seq_len:
             return [f"mel_frames={workload.mel_frames}: {spec.label}'s {workload.seq_len} tokens (seq_len) are "
-                    f"{2 * workload.seq_len} mel frames (conv2's stride 2)"]
+                    f"{sizes.frames_for(workload.seq_len)} mel frames (its front end's stride {sizes.stride})"]
         return []
     sizes = spec.sizes("audio_conv")
     frames = sizes.window if workload.mel_frames is None else workload.mel_frames
@@ -235,6 +236,11 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
                      for p in _image_problems(vision, towers.tower_workload(spec, "vision", workload))]
     if "audio" not in spec.towers and workload.mel_frames is not None:
         problems.append(f"mel_frames={workload.mel_frames}: {spec.label} has no audio tower")
+    elif "audio" in spec.towers and workload.mel_frames is not None:
+        sizes = spec.towers["audio"].sizes("audio_conv")
+        if not sizes.whole_windows and workload.mel_frames > sizes.window:  # its feature extractor truncates the clip
+            problems.append(f"mel_frames={workload.mel_frames}: {spec.label}'s audio tower reads a clip of at most "
+                            f"{sizes.window:,} mel frames (its feature extractor truncates longer audio)")
     return problems or towers.connector_problems(spec, workload)
 
 
@@ -254,7 +260,7 @@ def build(spec: ModelSpec, workload: Workload | None = None) -> Inventory:
         return _multimodal(spec, workload)
     if spec.inputs == "audio" and not spec.is_encoder_decoder:  # an audio encoder alone: seq_len its tokens
         if workload.mel_frames is None:
-            workload = workload.model_copy(update={"mel_frames": 2 * workload.seq_len})
+            workload = workload.model_copy(update={"mel_frames": spec.sizes("audio_conv").frames_for(workload.seq_len)})
     elif spec.inputs == "audio" and None in (workload.src_len, workload.mel_frames):
         # the mel frames and the encoder's tokens, half of them, each from the other (default: the model's window)
         frames = workload.mel_frames or 2 * (workload.src_len or spec.sizes("audio_conv").positions)

@@ -74,7 +74,8 @@ def images(workload: Workload) -> int:
 def audio_windows(spec: ModelSpec, workload: Workload) -> int:
     """Windows of audio in the step: each sequence's mel frames (default one window) padded up to whole windows of
     the audio tower (2 x kinds.audio_conv.positions frames; Voxtral's processor pads the audio to a multiple of 30 s
-    and cuts it into windows of 3,000 frames, each a row of the tower's batch)."""
+    and cuts it into windows of 3,000 frames, each a row of the tower's batch). A tower that runs each clip as long
+    as it is (`AudioSizes.whole_windows` false: Gemma 4's) runs one clip per sequence, of at most one window."""
     window = spec.towers["audio"].sizes("audio_conv").window
     frames = window if workload.mel_frames is None else workload.mel_frames
     return workload.batch_size * -(-frames // window)
@@ -98,11 +99,13 @@ def with_images(spec: ModelSpec, workload: Workload) -> Workload:
 def tower_workload(spec: ModelSpec, name: str, workload: Workload) -> Workload:
     """What tower `name` runs on: every image of the step, each its patches (and class token), a packed tower's
     (Pixtral's, `kinds.patch_embedding.packed`) one sequence of every image's patches; every window of audio, each
-    its mel frames (the tower's positions are its tokens)."""
+    its mel frames (the tower's positions are its tokens; a tower that runs a clip as long as it is, the clip's frames
+    and the tokens its front end makes of them: `AudioSizes.tokens`)."""
     own = spec.towers[name]
     if own.inputs == "audio":
         sizes = own.sizes("audio_conv")
-        return Workload(batch_size=audio_windows(spec, workload), seq_len=sizes.positions, mel_frames=sizes.window)
+        frames = sizes.window if sizes.whole_windows or workload.mel_frames is None else workload.mel_frames
+        return Workload(batch_size=audio_windows(spec, workload), seq_len=sizes.tokens(frames), mel_frames=frames)
     if own.inputs != "images":
         raise TfcalcError(f"towers.{name}: a tower of {own.inputs} is not modelled (a tower of images or audio is)")
     H, W = image_size(spec, workload)

@@ -21,7 +21,10 @@ in `tfcalc.arch.builders.KINDS`; the inventory and the reference model compose a
 - `attention_pool` (SigLIP's attention-pooling head: a probe attending to the stack's tokens, a norm, an MLP): in
   the model's head, after the final norm, registered lazily.
 - `audio_conv` (Whisper's two convolutions over mel frames and its frozen position table): a model of audio's encoder
-  input in place of `embedding` (`ModelSpec.stack_input`), registered lazily.
+  input in place of `embedding` (`ModelSpec.stack_input`), registered lazily; with `subsample`, Gemma 4's audio
+  front end (two Conv2d of stride 2).
+- `conformer` (Gemma 4's audio block: two half feed-forwards, chunked attention with relative positions, a light
+  convolution) and `token_projection` (a linear over every token after a tower's stack), registered lazily.
 """
 
 # in the model's order: the frame's embedding, the sublayers, the frame's final norm and head
@@ -34,5 +37,5 @@ from ..arch.builders import register_lazily
 # spec first names it
 for _name in ("conv", "mamba2", "gated_deltanet", "mamba", "parallel_hybrid", "patch_embedding", "attention_pool",
               "audio_conv", "window_attention", "patch_merger", "patch_pooler", "tile_position", "layer_gates",
-              "window_merger"):
+              "window_merger", "conformer", "token_projection"):
     register_lazily(_name, f"{__name__}.{_name}")

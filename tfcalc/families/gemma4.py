@@ -21,7 +21,7 @@ from __future__ import annotations
 from ..hf import (DECODER_TYPES, PATTERN_LIMIT, activation_of, decoder_fields, layer_kinds, refuse_if, set_window,
                   shortest_cycle)
 from .gemma import GEMMA2_COMPONENTS
-from .gemma4_vision import GEMMA4_WHOLE
+from .gemma4_audio import GEMMA4_WHOLE
 from .registry import Family, register
 
 # Gemma4TextConfig declares use_bidirectional_attention as Literal["all", "vision"] | None: the kind "all|vision?"
@@ -215,5 +215,5 @@ def gemma4_text(cfg: dict, notes: list[str]) -> dict:
 
 register(Family("gemma4_text", DEFAULTS, TYPES, gemma4_text, COMPONENTS),
          # the multimodal config, whole: its language model from text_config, its vision tower from vision_config
-         # (tfcalc/families/gemma4_vision.py); the audio tower is not modelled
+         # (tfcalc/families/gemma4_vision.py), its audio tower from audio_config (tfcalc/families/gemma4_audio.py)
          Family("gemma4", nested=("gemma4_text", "text_config"), **GEMMA4_WHOLE))

@@ -1,5 +1,6 @@
 """Gemma 4's vision tower (model_type gemma4_vision: a gemma4 config.json's vision_config) and the projector into its
-language model, and the gemma4 config read whole (GEMMA4_WHOLE: tfcalc/families/gemma4.py's `gemma4` line).
+language model, and the gemma4 config's vision part (GEMMA4_WHOLE, which tfcalc/families/gemma4_audio.py extends with the
+audio tower for tfcalc/families/gemma4.py's `gemma4` line).
 
 transformers' Gemma4VisionModel:
   * Gemma4VisionPatchEmbedder: each patch (3 p^2 pixels, the processor patchifies) through input_proj, a Linear(3 p^2,
@@ -21,8 +22,8 @@ pooling_kernel_size (the processor resizes it so). The default is the largest sq
 max_soft_tokens (280) gives: 768x768 at patch 16, kernel 3 (48 x 48 patches, 256 tokens). The processor pads every
 image's patches to max_soft_tokens * kernel^2 (2,520) and the tower computes the padding too: tfcalc counts an image's
 own patches, as a processor call with a budget of exactly them gives (said in a note).
-The audio tower (audio_config: a conformer) is not modelled: a config that has one is read without it, whole refused
-by name (--tower text and --tower vision count those towers).
+The audio tower (audio_config: a conformer) and the gemma4 config read whole with all three towers:
+tfcalc/families/gemma4_audio.py (its GEMMA4_WHOLE extends this module's).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def gemma4_parts(model, spec, workload) -> list:
     tower = model.model.vision_tower
     n = images(workload)
     parts = []
-    if n:
+    if n and "vision" in spec.towers:  # (vision_config null: no vision tower)
         (H, W), k2 = image_size(spec, workload), tower.config.pooling_kernel_size ** 2
         P = (H // tower.config.patch_size) * (W // tower.config.patch_size)
         parts += vision_parts(tower, "model.vision_tower", n, (H, W))
@@ -174,7 +175,7 @@ def gemma4_parts(model, spec, workload) -> list:
     return parts
 
 
-# vision_config and audio_config absent or null: no such tower (SubConfigSpec optional); the audio tower not modelled
+# vision_config absent or null: no such tower (SubConfigSpec optional); the audio tower: gemma4_audio.GEMMA4_WHOLE
 GEMMA4_WHOLE = dict(towers={"vision": ("gemma4_vision", "vision_config", None),
                             "audio": (None, "audio_config", None)}, connectors=embed_vision,
                     prefixes={"text": r"model\.language_model\.", "vision": r"model\.vision_tower\."},

@@ -398,7 +398,8 @@ def example_inputs(spec: ModelSpec, device: str | torch.device = "meta",
         return (reference(spec.input_kind).example_images(spec, w.batch_size, w.image_size, device, generator,
                                                                  seq_len=w.seq_len),)
     if spec.inputs == "audio" and not spec.is_encoder_decoder:  # an audio encoder alone: mel frames [B, C, 2N]
-        return (reference(spec.input_kind).example_mel(spec, w.batch_size, 2 * w.seq_len, device, generator),)
+        frames = w.mel_frames or spec.sizes("audio_conv").frames_for(w.seq_len)  # (Gemma 4's: its clip's frames)
+        return (reference(spec.input_kind).example_mel(spec, w.batch_size, frames, device, generator),)
     if spec.inputs == "audio" and w.phase != "decode":  # mel frames [B, C, F], then the decoder's tokens
         mel = reference(spec.input_kind).example_mel(spec, w.batch_size, w.mel_frames, device, generator)
         return mel, torch.randint(spec.vocab_size, (w.batch_size, w.seq_len), device=device, generator=generator)

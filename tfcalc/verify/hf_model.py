@@ -661,11 +661,16 @@ def compare(path: str | Path, spec: ModelSpec, workload: Workload, overrides: di
     if spec.inputs == "audio":  # transformers runs exactly the window of mel frames (its feature extractor pads to it)
         sizes = spec.sizes("audio_conv")
         mel_bins = sizes.mel_bins
-        if workload.mel_frames not in (None, sizes.window):
+        if not sizes.whole_windows:  # a clip as long as it is (Gemma 4's tower: its family traces it, [B, F, mel])
+            frames = workload.mel_frames or sizes.window
+            work = Workload(batch_size=workload.batch_size, seq_len=sizes.tokens(frames), mel_frames=frames)
+        elif workload.mel_frames not in (None, sizes.window):
             notes.append(f"transformers runs a whole window of {sizes.window:,} mel frames (its feature extractor pads "
                          f"the audio to it; WhisperEncoder refuses another length): compared there, not at the "
                          f"workload's {workload.mel_frames:,}")
-        if spec.is_encoder_decoder:
+        if not sizes.whole_windows:
+            pass  # (work set above: the clip's own frames)
+        elif spec.is_encoder_decoder:
             work = Workload(batch_size=workload.batch_size, seq_len=workload.keys, src_len=sizes.positions,
                             mel_frames=sizes.window)
         else:  # an audio encoder alone (a multimodal model's audio tower): its tokens are the window's
