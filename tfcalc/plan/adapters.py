@@ -134,3 +134,40 @@ def trainable_params(inv: Inventory) -> int:
     """Parameters the adapters train: every adapted record's, once per set of its weights."""
     return sum(repeat * op.adapter_params() for op, repeat in inv.parameters() if op.lora is not None)
 
+
+
+def cold_instances(groups) -> list[int]:
+    """Per group, how many of its instances run with no gradient flowing into them: those before the model's first
+    adapted block and that block itself (its gradient starts at its first adapter); the others receive one. Blocks
+    are placed in model order by their stack (`Group.layer`): in a hybrid (Qwen3.5's three gated DeltaNet blocks, then
+    attention) an attention adapter sends gradients into the DeltaNet blocks after it, not into those before. Groups
+    that no stack places (embeddings, norms, heads, a multimodal model's towers) in the inventory's order."""
+    groups = list(groups)
+    adapted = [any(op.lora is not None for op in g.ops) for g in groups]
+    cold = [0] * len(groups)
+    done: set[int] = set()
+    grad = False
+    for i, group in enumerate(groups):
+        if i in done:
+            continue
+        stack = group.stack
+        mates = [j for j, g in enumerate(groups) if g.layer is not None and g.stack is stack and j not in done]
+        placed = group.layer is not None and stack is not None and sum(groups[j].repeat for j in mates) \
+            == stack.n_layers and all(groups[j].copies is None for j in mates)
+        if not placed:
+            done.add(i)
+            cold[i] = 0 if grad else (1 if adapted[i] else group.repeat)
+            grad = grad or adapted[i]
+            continue
+        # the stack's blocks in model order, up to its first adapted one (the walk stops there: at most n_layers)
+        by_layer = {groups[j].layer: j for j in mates}
+        done.update(mates)
+        if grad:
+            continue
+        for index in range(stack.n_layers):
+            j = by_layer[stack.layer(index)]
+            cold[j] += 1
+            if adapted[j]:
+                grad = True
+                break
+    return cold
