@@ -173,7 +173,7 @@ def finetune(inv: Inventory, adapters, frozen: int) -> FinetuneCounts:
                 frozen_bwd += times * op.frozen_backward(at)
                 if op.lora is not None:
                     adapter_bwd += times * op.adapter_backward(at)
-                    grad = True
+                    grad = grad or op.adapter_runs()
     return FinetuneCounts(adapters, trainable_params(inv), frozen, flops.get("adapters", 0),
                           flops.get("dora norm", 0), folds.forward(inv).total, frozen_bwd, adapter_bwd,
                           inv.workload.tokens)

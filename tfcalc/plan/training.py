@@ -278,7 +278,7 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
                     input_kept = True
             elif op.names() and op.forward():  # a linear (or core) that reads an input of its own
                 input_kept = "input" in saved
-            grad = grad or op.lora is not None
+            grad = grad or (op.lora is not None and op.adapter_runs())
         if op.role == "router":
             router = op
         elif op.role == "routing":
