@@ -169,7 +169,7 @@ def cold_instances(groups) -> list[int]:
             == stack.n_layers and all(groups[j].copies is None for j in mates)
         if not placed:
             done.add(i)
-            cold[i] = 0 if grad else (1 if adapted[i] else group.repeat)
+            cold[i] = 0 if grad else min(1 if adapted[i] else group.repeat, group.repeat)  # (an idle tower: 0)
             grad = grad or adapted[i]
             continue
         # the stack's blocks in model order, up to its first adapted one (the walk stops there: at most n_layers)
