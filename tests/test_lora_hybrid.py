@@ -184,6 +184,11 @@ def test_blocks_are_cold_until_the_first_adapted_one_in_model_order():
     spec = load_preset("qwen3.5-0.8b")
     assert cold_instances(adapt(build(spec), Adapters(8, "attention")).groups) == [1, 3, 1, 0, 0]
     assert cold_instances(adapt(build(spec), Adapters(8)).groups) == [1, 1, 0, 0, 0]
+    # the same order for layers that differ in their MLP: Llama 4 Maverick's 48 blocks alternate dense (even) and MoE
+    # (odd); with expert adapters block 0 runs cold, block 1 starts the gradient, the 23 dense blocks after it get one
+    # (the groups: embedding, 24 dense, 12 + 12 MoE (chunked, global), final norm, head, then the vision tower's)
+    maverick = adapt(build(load_preset("llama4-maverick")), Adapters(8, "experts")).groups
+    assert cold_instances(maverick)[:6] == [1, 1, 1, 0, 0, 0]
     # so the DeltaNet blocks' frozen backward counts 15 of 18: each is its full-training backward less its weights'
     # gradients, whose FLOPs are the forward of its linears (its conv's weight gradient: the conv's forward)
     workload = Workload(seq_len=4096)
