@@ -152,6 +152,7 @@ def test_qwen3_5_0_8b_all_linear_is_pefts_on_its_own_class():
 
 STEP_CASES = [
     ("lfm2", "all-linear"), ("lfm2", "q,k,v"), ("qwen3_5", "all-linear"), ("qwen3_5", "attention"),
+    ("qwen3_5", "in_proj_qkv,out_proj"),  # g, beta and z need no gradient in block 0: every bmm of the rule still does
     ("qwen3_next_dense", "in_proj_qkvz,in_proj_ba"), ("mamba", "x_proj,dt_proj"), ("jamba", "all-linear"),
     ("jamba", "dt_proj,o"), ("mamba2", "in_proj"), ("nemotron_h", "in_proj,q,k,v,o,up,down"),
     ("nemotron_h", "attention"),

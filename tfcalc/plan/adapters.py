@@ -148,7 +148,6 @@ def trainable_params(inv: Inventory) -> int:
     return sum(repeat * op.adapter_params() for op, repeat in inv.parameters() if op.lora is not None)
 
 
-
 def cold_instances(groups) -> list[int]:
     """Per group, how many of its instances run with no gradient flowing into them: those before the model's first
     adapted block and that block itself (its gradient starts at its first adapter); the others receive one. Blocks
@@ -170,7 +169,9 @@ def cold_instances(groups) -> list[int]:
         if not placed:
             done.add(i)
             cold[i] = 0 if grad else min(1 if adapted[i] else group.repeat, group.repeat)  # (an idle tower: 0)
-            grad = grad or adapted[i]
+            if adapted[i] and not grad:
+                grad = True
+                _starts_whole(group)
             continue
         # the stack's blocks in model order, up to its first adapted one (the walk stops there: at most n_layers)
         by_layer = {groups[j].layer: j for j in mates}
