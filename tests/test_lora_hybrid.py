@@ -1,5 +1,5 @@
-"""LoRA on hybrid models (LFM2's short convolution, Mamba and Jamba, Mamba2 and Nemotron-H, Qwen3.5's and Qwen3-Next's
-gated DeltaNet): trainable parameters against PEFT's get_peft_model on transformers' own classes on meta, the
+"""LoRA on hybrid models (LFM2's short convolution, Mamba and Jamba, Mamba2, Nemotron-H and Falcon-H1, Qwen3.5's and
+Qwen3-Next's gated DeltaNet): trainable parameters against PEFT's get_peft_model on transformers' own classes on meta, the
 fine-tuning step's FLOPs against FlopCounterMode over forward + backward of the PEFT model (frozen base, fp32 CPU,
 transformers' torch path), the step's memory against MemTracker on the reference model, the blocks' order of
 gradients, and refusals by name."""
@@ -60,11 +60,16 @@ CONFIGS = {
                    "head_dim": 4, "intermediate_size": 24, "mamba_num_heads": 4, "mamba_head_dim": 4,
                    "ssm_state_size": 4, "n_groups": 2, "conv_kernel": 3, "chunk_size": 8, "vocab_size": 50,
                    "max_position_embeddings": 64, "hybrid_override_pattern": "M*-M"},
+    # attention beside a Mamba2 mixer on one normed input (a parallel branch)
+    "falcon_h1": {"model_type": "falcon_h1", "num_hidden_layers": 2, "hidden_size": 16, "mamba_n_heads": 4,
+                  "mamba_d_head": 4, "mamba_d_ssm": 16, "mamba_n_groups": 2, "mamba_d_state": 4, "mamba_d_conv": 3,
+                  "mamba_chunk_size": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4,
+                  "intermediate_size": 24, "vocab_size": 50, "max_position_embeddings": 64},
 }
 CLASSES = {"lfm2": "Lfm2ForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
            "qwen3_next_dense": "Qwen3NextForCausalLM",
            "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
-           "nemotron_h": "NemotronHForCausalLM"}
+           "nemotron_h": "NemotronHForCausalLM", "falcon_h1": "FalconH1ForCausalLM"}
 
 
 def peft_names(family: str, targets: str) -> str | list[str]:
@@ -110,7 +115,7 @@ PARAM_CASES = [
     # PEFT refuses out_proj on model types mamba, mamba2 and nemotron_h (docs/finetuning.md): named lists without it
     ("mamba", "in_proj,x_proj,dt_proj", False), ("jamba", "all-linear", False),
     ("jamba", "in_proj,x_proj,dt_proj,out_proj", True), ("mamba2", "in_proj", True),
-    ("nemotron_h", "in_proj,q,k,v,o,up,down", False),
+    ("nemotron_h", "in_proj,q,k,v,o,up,down", False), ("falcon_h1", "in_proj,q,k,v,o,gate,up,down", False),
 ]
 
 
@@ -156,6 +161,8 @@ STEP_CASES = [
     ("qwen3_next_dense", "in_proj_qkvz,in_proj_ba"), ("mamba", "x_proj,dt_proj"), ("jamba", "all-linear"),
     ("jamba", "dt_proj,o"), ("mamba2", "in_proj"), ("nemotron_h", "in_proj,q,k,v,o,up,down"),
     ("nemotron_h", "attention"),
+    # block 0's attention branch gets no gradient from the Mamba2 in_proj's adapter beside it
+    ("falcon_h1", "in_proj"), ("falcon_h1", "in_proj,q,k,v,o,gate,up,down"),
 ]
 
 
@@ -215,6 +222,14 @@ def conv_hybrid(kernel: int = 3, bias: bool = False) -> ModelSpec:
                      kinds={"conv": {"kernel": kernel, "bias": bias}})
 
 
+def parallel_hybrid() -> ModelSpec:
+    """Two parallel_hybrid blocks (attention beside Mamba2, tests/test_parallel_hybrid.py's) and a gated MLP."""
+    mamba2 = {"n_heads": 4, "head_dim": 12, "d_state": 5, "n_groups": 2, "conv_kernel": 3, "chunk_size": 4}
+    return ModelSpec(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, vocab_size=50, seq_len=9,
+                     positions="rotary", mlp="gated", activation="silu", norm="rmsnorm", bias=False,
+                     tie_embeddings=False, block_pattern=["parallel_hybrid+mlp"], kinds={"mamba2": mamba2})
+
+
 def mamba2_hybrid() -> ModelSpec:
     """mamba2, mamba2, attention + mlp (tests/test_mamba2.py's), chunks of 4 over 9 positions (padded)."""
     kinds = {"n_heads": 4, "head_dim": 16, "d_state": 8, "n_groups": 2, "conv_kernel": 3, "chunk_size": 4}
@@ -226,10 +241,11 @@ def mamba2_hybrid() -> ModelSpec:
 @pytest.mark.parametrize("kind,targets,recompute", [
     ("conv", "all-linear", "none"), ("conv", "attention", "selective"), ("conv", "in_proj", "full"),
     ("mamba2", "all-linear", "none"), ("mamba2", "attention", "selective"), ("mamba2", "out_proj,up", "full"),
+    ("parallel", "in_proj", "none"), ("parallel", "attention", "none"),
 ])
 def test_lora_step_against_memtracker(kind, targets, recompute):
     spec, workload = (conv_hybrid(), Workload(seq_len=16, batch_size=2)) if kind == "conv" else (
-        mamba2_hybrid(), Workload(seq_len=9, batch_size=2))
+        (mamba2_hybrid() if kind == "mamba2" else parallel_hybrid()), Workload(seq_len=9, batch_size=2))
     report = check_memory(spec, workload, "bf16-mixed", "adamw", recompute, "meta", adapters=Adapters(4, targets))
     rows = {r.category: r for r in report.rows}
     for category in EXACT:

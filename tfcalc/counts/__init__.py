@@ -160,20 +160,16 @@ def finetune(inv: Inventory, adapters, frozen: int) -> FinetuneCounts:
     the first adapter no input needs a gradient (torch computes none), after it every frozen op passes one on. The
     instances of a block that run before the model's first adapted block (and that block itself) start with none
     (`cold_instances`: a hybrid's blocks in model order), the others with one."""
-    from ..plan.adapters import cold_instances, trainable_params
+    from ..plan.adapters import cold_instances, flow, trainable_params
 
     flops = folds._sum((op.adapter_flops(), repeat) for op, repeat in inv if op.lora is not None)
     frozen_bwd = adapter_bwd = 0
     for group, cold in zip(inv.groups, cold_instances(inv.groups)):
         for times, grad in ((cold, False), (group.repeat - cold, True)):
-            before = grad  # a gradient flowed into the input an op shares with the op before it
-            for op in group.ops if times else ():
-                at = before if op.shares_input else grad  # a gate reads up's input, beside up
-                before = at
+            for op, at, _ in flow(group.ops, grad) if times else ():  # a gate reads up's input, beside up
                 frozen_bwd += times * op.frozen_backward(at)
                 if op.lora is not None:
                     adapter_bwd += times * op.adapter_backward(at)
-                    grad = grad or op.adapter_runs()
     return FinetuneCounts(adapters, trainable_params(inv), frozen, flops.get("adapters", 0),
                           flops.get("dora norm", 0), folds.forward(inv).total, frozen_bwd, adapter_bwd,
                           inv.workload.tokens)

@@ -148,6 +148,29 @@ def trainable_params(inv: Inventory) -> int:
     return sum(repeat * op.adapter_params() for op, repeat in inv.parameters() if op.lora is not None)
 
 
+def flow(ops, grad: bool):
+    """Each op of one instance of `ops` entered with `grad` (a gradient flows into the block's input), with (`at`)
+    whether its input carries a gradient and (`flowing`) whether one flows at it in model order. A gradient starts at
+    the first adapter that runs; an op that shares its input with the op before it (a gate beside up, in_proj_ba beside
+    in_proj_qkvz) reads that op's; a parallel branch (an op sharing the block's input under another sublayer:
+    Falcon-H1's attention beside its Mamba2 mixer, a parallel block's MLP beside attention) starts from the block's
+    input and joins the other at the next residual add."""
+    start = before = grad
+    prev, joined = None, None
+    for op in ops:
+        if op.shares_input and prev is not None and op.sublayer != prev.sublayer:  # a parallel branch
+            joined, grad = grad, start
+            at = start
+        else:
+            at = before if op.shares_input else grad
+        if joined is not None and op.role == "residual":  # the branches' sum
+            grad, joined = grad or joined, None
+        before, prev = at, op
+        yield op, at, grad
+        if op.lora is not None and op.adapter_runs():
+            grad = True
+
+
 def cold_instances(groups) -> list[int]:
     """Per group, how many of its instances run with no gradient flowing into them: those before the model's first
     adapted block and that block itself (its gradient starts at its first adapter); the others receive one. Blocks

@@ -52,7 +52,7 @@ from ..arch.inventory import stages as inventory_stages
 from ..arch.ops import ATTENTION, STAT_BYTES, Matmul, Op, Parallel
 from ..errors import TfcalcError, check_capacity
 from ..spec import ModelSpec
-from .adapters import Adapters, adapt_groups, cold_instances
+from .adapters import Adapters, adapt_groups, cold_instances, flow
 
 
 @dataclass(frozen=True)
@@ -266,10 +266,11 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     router = routing = None
     expert_scale = any(op.role == "scale" for op in ops)
     input_kept = False  # by the last linear that does not share its input
-    for op in ops:
+    for op, _, flowing in flow(ops, bool(grad)):
         if grad is None:
             saved = op.saved(a, recompute, par)
         else:
+            grad = flowing  # a parallel branch starts from the block's input (tfcalc.plan.adapters.flow)
             saved = op.saved_frozen(a, recompute, par, grad)
             if "shared input" in saved:
                 shared = saved.pop("shared input")
@@ -278,7 +279,7 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
                     input_kept = True
             elif op.names() and op.forward():  # a linear (or core) that reads an input of its own
                 input_kept = "input" in saved
-            grad = grad or (op.lora is not None and op.adapter_runs())
+            grad = grad or (op.lora is not None and op.adapter_runs())  # (for the routing below)
         if op.role == "router":
             router = op
         elif op.role == "routing":
