@@ -308,3 +308,24 @@ def test_cli_memory(preset, ok):
     else:
         assert result.exit_code == 2 and "does not define saved" in result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("targets", ["all-linear", "q,v"])
+def test_a_parallel_blocks_mlp_branch_starts_from_the_blocks_input(targets):
+    # Command-R's blocks run attention and the MLP on one normed input (parallel_block one_norm): block 0's MLP gets
+    # no gradient from the attention adapters beside it. The reference model with adapters (tfcalc.verify.adapters)
+    # on meta under FlopCounterMode, as tests/test_lora.py holds the sequential layouts
+    from tfcalc.reference import build_model, example_inputs
+    from tfcalc.verify.adapters import add_adapters
+
+    spec = load_preset("command-r").replace(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=128,
+                                            seq_len=16)
+    workload, adapters = Workload(seq_len=16, batch_size=2), Adapters(4, targets)
+    model = build_model(spec, "meta", torch.float32, True, workload)
+    add_adapters(model, spec, workload, adapters)
+    with FlopCounterMode(display=False) as counter:
+        logits = model(*example_inputs(spec, "meta", workload))
+        forward = counter.get_total_flops()
+        logits.float().sum().backward()
+    tuned = count(spec, workload, adapters=adapters).finetune
+    assert (tuned.forward, tuned.backward) == (forward, counter.get_total_flops() - forward)
