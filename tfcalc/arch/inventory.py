@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import TfcalcError
 from ..spec import ModelSpec
-from .architecture import Stack, stacks
+from .architecture import Layer, Stack, stacks
 from .builders import KINDS, Ctx, block, run
 from .ops import Op
 from .workload import Workload
@@ -31,6 +31,7 @@ class Group:
     kind: str = "block"  # "embedding", "block", "final_norm" or "head"
     stack: Stack | None = None  # the stack it belongs to (None: the model's shared table and its head)
     tower: str = ""  # a multimodal model's tower ("text", "vision", "audio") or "connectors"; "" in a model of one
+    layer: Layer | None = None  # the block it stands for (a block group's), which places its instances in the stack
 
     @property
     def block(self) -> bool:
@@ -339,7 +340,7 @@ def stages(spec: ModelSpec, workload: Workload, pp: int) -> list[list[Group]]:
             lo, hi = max(bounds[s] - offset, 0), min(bounds[s + 1] - offset, stack.n_layers)
             # shared_blocks: one kind of block (the spec checks it)
             out[s] += [Group(f"{where}block ({layer.label})", repeat, tuple(block(Ctx(spec, workload, stack, layer))),
-                             spec.shared_blocks, stack=stack)
+                             spec.shared_blocks, stack=stack, layer=layer)
                        for layer, repeat in (stack.distinct(lo, hi).items() if lo < hi else ())]
         out[stage(offset + stack.n_layers - 1)].append(
             Group(f"{where}final_norm", 1, tuple(run("final_norm", ctx)), kind="final_norm", stack=stack))

@@ -106,13 +106,20 @@ class Linear:
     for). `delta`: PEFT folds the update B·A into the weight at each forward (its ParamWrapper over a parameter: the
     experts, the router) instead of running x·A·B beside the frozen matmul. `part`: this record's matrix is part of
     the module of the record before it (the routed experts' gate is half of gate_up, whose adapter the up record
-    holds): adapted with it, its adapter counted there."""
+    holds): adapted with it, its adapter counted there. `partial`: its output reaches only some inputs of the scan
+    after it (the gated DeltaNet's b, a and z projections): as the model's first adapter it would
+    start a gradient that the scan's backward follows only in part, which tfcalc does not count (refused).
+    `unused`: the implementation multiplies by the module's weight without calling the module (transformers' Mamba and
+    Jamba: dt_proj.weight @ dt): PEFT's adapter on it holds trainable parameters that never run (no FLOPs, no
+    gradient, nothing kept)."""
 
     target: str
     out: int
     rank: int = 1
     delta: bool = False
     part: bool = False
+    partial: bool = False
+    unused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +428,10 @@ class Matmul(Record):
         targets = self.lora.targets
         return tuple(lin for lin in self.modules() if targets is None or lin.target in targets)
 
+    def adapter_runs(self) -> bool:
+        """Its adapter runs in the forward (some adapted module is called): from here on a gradient flows."""
+        return any(not lin.unused for lin in self.adapted())
+
     def adapter_params(self) -> int:
         """Trainable parameters of its adapter: per weight matrix (E for routed experts) and adapted linear, A [k, r]
         and B [r, out] (r times the linear's rank multiple); DoRA adds a magnitude vector [out]."""
@@ -451,7 +462,7 @@ class Matmul(Record):
         update = dora = 0
         for lin in self.adapted():
             r = lin.rank * lora.rank
-            if lin.part:
+            if lin.part or lin.unused:
                 continue
             if lin.delta:
                 update += self.weights * matmul(lin.out, r, self.k)
@@ -472,7 +483,7 @@ class Matmul(Record):
             if self.role == "head":
                 kept = {k: v for k, v in kept.items() if k != "input"}
             return kept
-        adapted = [lin for lin in self.adapted() if not lin.part]
+        adapted = [lin for lin in self.adapted() if not lin.part and not lin.unused]
         if not adapted or self.m == 0:
             return {}
         split = par.tp if self.split == "row" else par.whole
@@ -505,7 +516,7 @@ class Matmul(Record):
         total = 0
         for lin in self.adapted():
             r = lin.rank * lora.rank
-            if lin.part:
+            if lin.part or lin.unused:
                 continue
             if lin.delta:
                 total += 2 * self.weights * matmul(lin.out, r, self.k)

@@ -157,21 +157,19 @@ class FinetuneCounts:
 
 def finetune(inv: Inventory, adapters, frozen: int) -> FinetuneCounts:
     """The fine-tuning figures of an inventory whose records carry their adapters. Backward in model order: before
-    the first adapter no input needs a gradient (torch computes none), after it every frozen op passes one on."""
-    from ..plan.adapters import trainable_params
+    the first adapter no input needs a gradient (torch computes none), after it every frozen op passes one on. The
+    instances of a block that run before the model's first adapted block (and that block itself) start with none
+    (`cold_instances`: a hybrid's blocks in model order), the others with one."""
+    from ..plan.adapters import cold_instances, flow, trainable_params
 
     flops = folds._sum((op.adapter_flops(), repeat) for op, repeat in inv if op.lora is not None)
-    grad = before = False  # a gradient flows; one flowed into the input an op shares with the op before it
     frozen_bwd = adapter_bwd = 0
-    for group in inv.groups:
-        for times in ((1, group.repeat - 1) if group.repeat > 1 else (1,)):  # the first instance, then the rest
-            for op in group.ops:
-                at = before if op.shares_input else grad  # a gate reads up's input, beside up
-                before = at
+    for group, cold in zip(inv.groups, cold_instances(inv.groups)):
+        for times, grad in ((cold, False), (group.repeat - cold, True)):
+            for op, at, _ in flow(group.ops, grad) if times else ():  # a gate reads up's input, beside up
                 frozen_bwd += times * op.frozen_backward(at)
                 if op.lora is not None:
                     adapter_bwd += times * op.adapter_backward(at)
-                    grad = True
     return FinetuneCounts(adapters, trainable_params(inv), frozen, flops.get("adapters", 0),
                           flops.get("dora norm", 0), folds.forward(inv).total, frozen_bwd, adapter_bwd,
                           inv.workload.tokens)

@@ -127,10 +127,11 @@ def _experts(cfg: dict) -> dict[str, Any]:
             "d_shared_expert": shared, "shared_expert_gate": True}
 
 
-def hybrid(cfg: dict, notes: list[str], moe: bool | list[bool], d_ff: int) -> dict[str, Any]:
+def hybrid(cfg: dict, notes: list[str], moe: bool | list[bool], d_ff: int, split: bool = False) -> dict[str, Any]:
     """The fields Qwen3-Next, Qwen3.5 and Qwen3.5-MoE share: the attention blocks (gated, q/k norms, partial rotary),
     the gated DeltaNet blocks' sizes, and the blocks' kinds: experts in every block (`moe` True), in none (False) or
-    in those a list marks."""
+    in those a list marks. `split`: the DeltaNet's input projections as Qwen3.5's four linears (in_proj_qkv,
+    in_proj_z, in_proj_b, in_proj_a), what LoRA adapts one by one."""
     L, H, H_kv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     refuse_if(cfg, "num_key_value_heads", H % H_kv != 0, f"does not divide num_attention_heads={H} (transformers' "
               "attention repeats each key/value head num_attention_heads // num_key_value_heads times)")
@@ -157,7 +158,8 @@ def hybrid(cfg: dict, notes: list[str], moe: bool | list[bool], d_ff: int) -> di
     if "gated_deltanet" in kinds:
         fields["kinds"] = {"gated_deltanet": {
             "key_heads": hk, "value_heads": hv, "key_head_dim": cfg["linear_key_head_dim"],
-            "value_head_dim": cfg["linear_value_head_dim"], "conv_kernel": cfg["linear_conv_kernel_dim"]}}
+            "value_head_dim": cfg["linear_value_head_dim"], "conv_kernel": cfg["linear_conv_kernel_dim"],
+            **({"split_projections": True} if split else {})}}
         cycles, rest = divmod(L, len(kinds))
         linear = cycles * kinds.count("gated_deltanet") + kinds[:rest].count("gated_deltanet")
         notes.append(f"{linear} of {L} blocks gated DeltaNet ({hk} query/key heads of {cfg['linear_key_head_dim']}, "
@@ -223,12 +225,12 @@ QWEN3_5_COMPONENTS = [rule for rule in COMPONENTS if "in_proj" not in rule[0]] +
 
 
 def qwen3_5(cfg: dict, notes: list[str]) -> dict[str, Any]:
-    return hybrid(cfg, notes, False, cfg["intermediate_size"])
+    return hybrid(cfg, notes, False, cfg["intermediate_size"], split=True)
 
 
 def qwen3_5_moe(cfg: dict, notes: list[str]) -> dict[str, Any]:
     # no dense MLP: d_ff is the experts' width, as for gpt-oss
-    return hybrid(cfg, notes, True, cfg["moe_intermediate_size"])
+    return hybrid(cfg, notes, True, cfg["moe_intermediate_size"], split=True)
 
 
 register(Family("qwen3_next", DEFAULTS, TYPES, qwen3_next, COMPONENTS, known=padded_conv),

@@ -11,7 +11,10 @@ nothing here tests a component's name. No torch.
 
 Targets follow PEFT's `LoraConfig(target_modules=...)`: "all-linear" (PEFT's shorthand: every linear but the output
 layer, a router included), "attention" (q, k, v, o), "mlp" (gate, up, down and routed experts), or a comma list of
-q, k, v, o, gate, up, down, experts. docs/finetuning.md has the arithmetic and the conventions.
+q, k, v, o, gate, up, down, experts and the linears of the state-space and linear-attention mixers by transformers'
+module names: in_proj, out_proj (LFM2's short convolution, Mamba, Mamba2), x_proj, dt_proj (Mamba), in_proj_qkvz,
+in_proj_ba (Qwen3-Next's gated DeltaNet), in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3.5's). docs/finetuning.md
+has the arithmetic and the conventions.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from ..errors import TfcalcError
 if TYPE_CHECKING:
     from ..arch import Inventory
 
-NAMES = ("q", "k", "v", "o", "gate", "up", "down", "experts")
+NAMES = ("q", "k", "v", "o", "gate", "up", "down", "experts",
+         # the mixers' linears, by transformers' module names (an attention's out_proj, LFM2's, is `o`)
+         "in_proj", "out_proj", "x_proj", "dt_proj", "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z",
+         "in_proj_b", "in_proj_a")
 GROUPS: dict[str, frozenset[str] | None] = {
     "all-linear": None,
     "attention": frozenset({"q", "k", "v", "o"}),
@@ -93,15 +99,18 @@ def adapt_groups(groups, adapters: Adapters, label: str = "the model") -> list:
     weight (its ParamWrapper does not take DoRA)."""
     lora = adapters.lora()
     wanted = lora.targets
-    out, found = [], set()
+    out, found, runs = [], set(), False
     for group in groups:
         ops = []
         for op in group.ops:
             adapted = op.adapt(lora)
+            runs = runs or (adapted is not op and adapted.adapter_runs())
             for lin in adapted.adapted() if adapted is not op else ():
                 found.add(lin.target)
                 width = min(adapted.k, lin.out)
-                if lin.target and lin.rank * lora.rank > width:
+                # PEFT builds any rank; a rank past the width of a linear the user named is refused as a mistake
+                # ("all-linear" takes Qwen3.5's in_proj_b, 16 outputs, at rank 32)
+                if wanted is not None and lin.target in wanted and lin.rank * lora.rank > width:
                     raise TfcalcError(f"lora_rank={adapters.rank}: past the width of {label}'s {lin.target} linear "
                                       f"({adapted.k} -> {lin.out}: a rank-{lin.rank * lora.rank} update, at most "
                                       f"{width})")
@@ -120,6 +129,10 @@ def adapt_groups(groups, adapters: Adapters, label: str = "the model") -> list:
         if named and (adapters.targets not in GROUPS or not found):
             raise TfcalcError(f"lora_targets={adapters.targets!r}: {label} has no {', '.join(named)} linear"
                               f"{'s' if len(named) > 1 else ''}")
+    if found and not runs:
+        raise TfcalcError(f"lora_targets={adapters.targets!r}: no adapter of {label} runs (transformers multiplies by "
+                          f"{', '.join(sorted(found))}.weight without calling the module, so PEFT's adapter there never "
+                          "runs and nothing trains)")
     return out
 
 
@@ -134,3 +147,83 @@ def trainable_params(inv: Inventory) -> int:
     """Parameters the adapters train: every adapted record's, once per set of its weights."""
     return sum(repeat * op.adapter_params() for op, repeat in inv.parameters() if op.lora is not None)
 
+
+def flow(ops, grad: bool):
+    """Each op of one instance of `ops` entered with `grad` (a gradient flows into the block's input), with (`at`)
+    whether its input carries a gradient and (`flowing`) whether one flows at it in model order. A gradient starts at
+    the first adapter that runs; an op that shares its input with the op before it (a gate beside up, in_proj_ba beside
+    in_proj_qkvz) reads that op's; a parallel branch (an op sharing the block's input under another sublayer:
+    Falcon-H1's attention beside its Mamba2 mixer, a parallel block's MLP beside attention) starts from the block's
+    input and joins the other at the next residual add."""
+    start = before = grad
+    prev, joined = None, None
+    for op in ops:
+        if op.shares_input and prev is not None and op.sublayer != prev.sublayer:  # a parallel branch
+            joined, grad = grad, start
+            at = start
+        else:
+            at = before if op.shares_input else grad
+        if joined is not None and op.role == "residual":  # the branches' sum
+            grad, joined = grad or joined, None
+        before, prev = at, op
+        yield op, at, grad
+        if op.lora is not None and op.adapter_runs():
+            grad = True
+
+
+def cold_instances(groups) -> list[int]:
+    """Per group, how many of its instances run with no gradient flowing into them: those before the model's first
+    adapted block and that block itself (its gradient starts at its first adapter); the others receive one. Blocks
+    are placed in model order by their stack (`Group.layer`): in a hybrid (Qwen3.5's three gated DeltaNet blocks, then
+    attention) an attention adapter sends gradients into the DeltaNet blocks after it, not into those before. Groups
+    that no stack places (embeddings, norms, heads, a multimodal model's towers) in the inventory's order."""
+    groups = list(groups)
+    adapted = [any(op.lora is not None and op.adapter_runs() for op in g.ops) for g in groups]
+    cold = [0] * len(groups)
+    done: set[int] = set()
+    grad = False
+    for i, group in enumerate(groups):
+        if i in done:
+            continue
+        stack = group.stack
+        mates = [j for j, g in enumerate(groups) if g.layer is not None and g.stack is stack and j not in done]
+        placed = group.layer is not None and stack is not None and sum(groups[j].repeat for j in mates) \
+            == stack.n_layers and all(groups[j].copies is None for j in mates)
+        if not placed:
+            done.add(i)
+            cold[i] = 0 if grad else min(1 if adapted[i] else group.repeat, group.repeat)  # (an idle tower: 0)
+            if adapted[i] and not grad:
+                grad = True
+                _starts_whole(group)
+            continue
+        # the stack's blocks in model order, up to its first adapted one (the walk stops there: at most n_layers)
+        by_layer = {groups[j].layer: j for j in mates}
+        done.update(mates)
+        if grad:
+            continue
+        for index in range(stack.n_layers):
+            j = by_layer[stack.layer(index)]
+            cold[j] += 1
+            if adapted[j]:
+                grad = True
+                _starts_whole(groups[j])
+                break
+    return cold
+
+
+def _starts_whole(group) -> None:
+    """Refuse a model whose first adapter starts a gradient in part of its block's scan only (`Linear.partial`: the
+    gated DeltaNet's z, b and a projections): the scan's backward would then follow that part, which tfcalc does not
+    count; one line naming the linear."""
+    for op in group.ops:
+        if op.lora is None or not op.adapter_runs():
+            continue
+        adapted = [lin for lin in op.adapted() if not lin.part and not lin.unused]
+        if adapted and all(lin.partial for lin in adapted):
+            names = ", ".join(lin.target for lin in adapted)
+            targets = "all-linear" if op.lora.targets is None else ",".join(
+                sorted(op.lora.targets, key=NAMES.index))
+            raise TfcalcError(f"lora_targets={targets!r}: the model's first adapted linear is {op.component}'s "
+                              f"{names}, which feeds only part of its block's scan (a backward tfcalc does not count);"
+                              " add a target before it (in_proj_qkv or in_proj_qkvz) or one in an earlier block")
+        return

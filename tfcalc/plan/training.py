@@ -52,7 +52,7 @@ from ..arch.inventory import stages as inventory_stages
 from ..arch.ops import ATTENTION, STAT_BYTES, Matmul, Op, Parallel
 from ..errors import TfcalcError, check_capacity
 from ..spec import ModelSpec
-from .adapters import Adapters, adapt_groups
+from .adapters import Adapters, adapt_groups, cold_instances, flow
 
 
 @dataclass(frozen=True)
@@ -266,10 +266,11 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
     router = routing = None
     expert_scale = any(op.role == "scale" for op in ops)
     input_kept = False  # by the last linear that does not share its input
-    for op in ops:
+    for op, _, flowing in flow(ops, bool(grad)):
         if grad is None:
             saved = op.saved(a, recompute, par)
         else:
+            grad = flowing  # a parallel branch starts from the block's input (tfcalc.plan.adapters.flow)
             saved = op.saved_frozen(a, recompute, par, grad)
             if "shared input" in saved:
                 shared = saved.pop("shared input")
@@ -278,7 +279,7 @@ def _ops_activations(ops: tuple[Op, ...], a: int, recompute: str, layout: Layout
                     input_kept = True
             elif op.names() and op.forward():  # a linear (or core) that reads an input of its own
                 input_kept = "input" in saved
-            grad = grad or op.lora is not None
+            grad = grad or (op.lora is not None and op.adapter_runs())  # (for the routing below)
         if op.role == "router":
             router = op
         elif op.role == "routing":
@@ -415,6 +416,7 @@ class _Part:
     # kept once for the stack, not per op: (what, elements, bytes each; 0 = the activation dtype's)
     extras: tuple[tuple[str, int, int], ...] = ()
     copies: int | None = None  # sets of parameters when blocks share them (ALBERT); None: one per repeat
+    cold: int = 0  # with adapters: instances no gradient flows into (tfcalc.plan.adapters.cold_instances)
 
 
 Kept = tuple[tuple[str, int, int], ...]  # (what, elements, bytes each; 0: the activation dtype's)
@@ -456,11 +458,13 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, attent
               for tower, own, w in _towers(spec, workload) for stack in stacks(own)}
     out: list[list[_Part]] = []
     for groups in inventory_stages(spec, workload, pp):
+        cold = [0] * len(groups)
         if adapters is not None:
             groups = adapt_groups(groups, adapters, spec.label)
+            cold = cold_instances(groups)
         parts: list[_Part] = []
         with_stage_extras: set[str] = set()
-        for g in groups:
+        for g, g_cold in zip(groups, cold):
             kept: tuple[tuple[str, int, int], ...] = ()
             if g.stack is not None:
                 once, per_stage = extras[g.tower, g.stack.name]
@@ -469,7 +473,7 @@ def _stages(spec: ModelSpec, workload: Workload, pp: int, recompute: str, attent
                 elif g.block and per_stage and (g.tower, g.stack.name) not in with_stage_extras:
                     with_stage_extras.add((g.tower, g.stack.name))
                     parts.append(_Part((), 1, False, per_stage))
-            parts.append(_Part(g.ops, g.repeat, g.block, kept, g.copies))
+            parts.append(_Part(g.ops, g.repeat, g.block, kept, g.copies, g_cold))
         out.append(parts)
     return out
 
@@ -632,7 +636,6 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
 
     pp = layout.pp
     frozen = frozen_bytes = dequantized = 0
-    grad = False
     dense = expert = 0
     weights_numel: list[tuple[int, bool, int]] = []  # (size, a routed expert's?, how many)
     a = recipe.activations
@@ -667,12 +670,13 @@ def _stage_memory(index: int, parts: list[_Part], spec: ModelSpec, recipe: Recip
                 largest_tensor = max(largest_tensor, n)
         repeat = part.repeat
         if tuned:
-            # the first instance may run with no gradient flowing in (no adapter before it), the others with one
-            first, kv = _ops_activations(part.ops, a, recompute, layout, grad=grad, attention=attention)
-            grad = grad or any(op.lora is not None for op in part.ops)
-            full = (_ops_activations(part.ops, a, recompute, layout, grad=grad, attention=attention)[0]
-                    if repeat > 1 else first)
-            totals = {k: first.get(k, 0) + full.get(k, 0) * (repeat - 1) for k in dict.fromkeys([*first, *full])}
+            # the instances before the first adapted block (and that block) run with no gradient flowing in, the
+            # others with one (cold_instances: a hybrid's blocks in model order)
+            first, kv = _ops_activations(part.ops, a, recompute, layout, grad=False, attention=attention)
+            full = (_ops_activations(part.ops, a, recompute, layout, grad=True, attention=attention)[0]
+                    if repeat > part.cold else first)
+            totals = {k: first.get(k, 0) * part.cold + full.get(k, 0) * (repeat - part.cold)
+                      for k in dict.fromkeys([*first, *full])}
         else:
             full, kv = _ops_activations(part.ops, a, recompute, layout, attention=attention)
             totals = {k: v * repeat for k, v in full.items()}

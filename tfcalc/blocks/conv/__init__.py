@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import BlockKind, Ctx, register, sublayer
-from ...arch.ops import Elementwise, Matmul, Op
+from ...arch.ops import Elementwise, Linear, Matmul, Op
 from .records import Conv
 
 GATES = 2  # B * x before the convolution, C * its output after it
@@ -53,12 +53,14 @@ def conv(ctx: Ctx) -> list[Op]:
     K, bias = sizes.kernel, sizes.bias
     carried = 0 if ctx.workload.phase == "train" else K - 1
     ops: list[Op] = [
-        Matmul(ctx.name("conv/in_proj"), t, D, 3 * D, 1, bias, None, "column"),  # x: [t, D] @ W: [D, 3D] -> B, C, x
+        # x: [t, D] @ W: [D, 3D] -> B, C, x (PEFT's target name: in_proj)
+        Matmul(ctx.name("conv/in_proj"), t, D, 3 * D, 1, bias, None, "column", linears=(Linear("in_proj", 3 * D),)),
         # B * x: [t, D]; C * conv(B * x): [t, D]; the two keep B, C and x, views of in_proj's output [t, 3D]
         Elementwise(ctx.name("conv/in_proj"), "gate", GATES * t * D, 1, kept=3 * t * D),
         # B * x: [b, D, s] through D filters of [1, K] (groups = D); C * y keeps y, a slice of the padded output
         Conv(ctx.name("conv/conv"), ctx.b, ctx.s, D, K, outputs(ctx, K), bias, carried, output_kept=True),
-        Matmul(ctx.name("conv/out_proj"), t, D, D, 1, bias, None, "row"),  # y: [t, D] @ W: [D, D]
+        Matmul(ctx.name("conv/out_proj"), t, D, D, 1, bias, None, "row",
+               linears=(Linear("out_proj", D),)),  # y: [t, D] @ W: [D, D]
     ]
     return sublayer(ctx, "conv", ops)
 

@@ -98,6 +98,18 @@ class Conv(Record):
         kept = self.b * self.s * self.channels + (self.b * self.outputs * self.channels if self.output_kept else 0)
         return {"conv": par.part(kept * a, par.tp)}
 
+    def frozen_backward(self, grad: bool = True) -> int:
+        """With its weight frozen: its input's gradient alone, when the input needs one. torch runs it as the
+        transposed convolution of the gradient [b, C, outputs] by the weight, 2 b outputs C K: its forward's figure
+        (FlopCounterMode's conv_backward_flop, output_mask [True, False, False]); no weight or bias gradient."""
+        return sum(self.forward().values()) if grad else 0
+
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        """What it keeps in full training, when a gradient flows: autograd's convolution node saves its input
+        whether or not the weight needs a gradient (ConvolutionBackward0 keeps input and weight), and the op after
+        it keeps a slice of its output as before; nothing without one."""
+        return self.saved(a, recompute, par) if grad else {}
+
     def gemm(self) -> tuple[int, int, int] | None:
         return None
 

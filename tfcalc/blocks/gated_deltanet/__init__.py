@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register, sublayer
-from ...arch.ops import Elementwise, Matmul, Norm, Op
+from ...arch.ops import Elementwise, Linear, Matmul, Norm, Op
 from ..conv import outputs
 from .records import DeltaNetConv, DeltaRule
 
@@ -37,6 +37,11 @@ class GatedDeltaNetSizes(BaseModel):
     chunk: int = Field(64, ge=1, description="Chunk length of the chunked delta rule (transformers' "
                                              "torch_chunk_gated_delta_rule: 64); the sequence is padded to a "
                                              "multiple of it.")
+    split_projections: bool = Field(False, description="The input projections as four linears, in_proj_qkv, "
+                                                       "in_proj_z, in_proj_b and in_proj_a (Qwen3.5), instead of "
+                                                       "in_proj_qkvz and in_proj_ba (Qwen3-Next): the same weights "
+                                                       "and multiply-adds, four modules for LoRA to adapt and four "
+                                                       "tensors in a checkpoint.")
 
     def problems(self, spec) -> list[str]:
         out = []
@@ -67,11 +72,19 @@ def gated_deltanet(ctx: Ctx) -> list[Op]:
     channels = 2 * key_dim + value_dim
     inference = ctx.workload.phase != "train"
     recurrent = bool(ctx.workload.context) and s == 1  # transformers' decode step: torch_recurrent_gated_delta_rule
+    # the modules LoRA adapts: z, b and a feed only part of the rule (`Linear.partial`), q, k and v all of it
+    if z.split_projections:  # Qwen3.5
+        qkvz = (Linear("in_proj_qkv", 2 * key_dim + value_dim), Linear("in_proj_z", value_dim, partial=True))
+        ba = (Linear("in_proj_b", Hv, partial=True), Linear("in_proj_a", Hv, partial=True))
+    else:  # Qwen3-Next
+        qkvz = (Linear("in_proj_qkvz", 2 * key_dim + 2 * value_dim),)
+        ba = (Linear("in_proj_ba", 2 * Hv, partial=True),)
     ops: list[Op] = [
         Matmul(ctx.name("gated_deltanet/in_proj_qkvz"), t, D, 2 * key_dim + 2 * value_dim, 1, False, None,
-               "column"),  # x: [t, D] @ W: [D, 2 Hk dk + 2 Hv dv] -> q, k, v, z
+               "column", linears=qkvz),  # x: [t, D] @ W: [D, 2 Hk dk + 2 Hv dv] -> q, k, v, z
         # [t, D] @ [D, 2 Hv]: the normalised x in_proj_qkvz keeps
-        Matmul(ctx.name("gated_deltanet/in_proj_ba"), t, D, 2 * Hv, 1, False, None, "column", shares_input=True),
+        Matmul(ctx.name("gated_deltanet/in_proj_ba"), t, D, 2 * Hv, 1, False, None, "column", shares_input=True,
+               linears=ba),
         # [q | k | v]: [b, 2 Hk dk + Hv dv, s] through one filter of [1, K] per channel (groups = channels)
         DeltaNetConv(ctx.name("gated_deltanet/conv"), b, s, channels, K, outputs(ctx, K), False,
                      K - 1 if inference else 0),
@@ -80,7 +93,8 @@ def gated_deltanet(ctx: Ctx) -> list[Op]:
                   recurrent, inference),
         Norm(ctx.name("gated_deltanet/out_norm"), "rmsnorm", t * Hv, dv, "heads"),  # o: [t Hv, dv], weight [dv]
         Elementwise(ctx.name("gated_deltanet/out_norm"), "gate", t * value_dim, ACTIVATION_FLOPS["silu"] + 1),
-        Matmul(ctx.name("gated_deltanet/out_proj"), t, value_dim, D, 1, False, None, "row"),  # [t, Hv dv] @ [Hv dv, D]
+        Matmul(ctx.name("gated_deltanet/out_proj"), t, value_dim, D, 1, False, None, "row",
+               linears=(Linear("out_proj", D),)),  # [t, Hv dv] @ [Hv dv, D]
     ]
     return sublayer(ctx, "gated_deltanet", ops)
 

@@ -148,6 +148,15 @@ class DeltaRule(Record):
     # `saved` (what the chunked rule keeps for backward) is not defined: the training memory plan refuses a model
     # with this record by name (UnsupportedFigure) rather than count it wrong.
 
+    def frozen_backward(self, grad: bool = True) -> int:
+        """With A_log and dt_bias frozen: the same products as in full training when a gradient flows into q, k and v
+        (every matmul of the chunked rule has an operand made of them, both operands when they need one; A_log's
+        and dt_bias's gradients are elementwise): 2 x forward + backward_extra; nothing without one."""
+        return 2 * sum(self.forward().values()) + self.backward_extra() if grad else 0
+
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        return self.saved(a, recompute, par) if grad else {}
+
     def gemm(self) -> tuple[int, int, int] | None:
         return None  # batched matmuls of activations
 
@@ -164,3 +173,6 @@ class DeltaNetConv(Conv):
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
         return Record.saved(self, a, recompute, par)
+
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        return Record.saved(self, a, recompute, par) if grad else {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register, sublayer
-from ...arch.ops import Elementwise, Matmul, Norm, Op
+from ...arch.ops import Elementwise, Linear, Matmul, Norm, Op
 from ..conv import outputs
 from ..conv.records import Conv
 from .records import SelectiveScan
@@ -70,22 +70,27 @@ def mamba(ctx: Ctx) -> list[Op]:
     inner, n, K, r = z.inner(D), z.d_state, z.d_conv, z.rank(D)
     inference = ctx.workload.phase != "train"
     ops: list[Op] = [
-        Matmul(ctx.name("mamba/in_proj"), t, D, 2 * inner, 1, z.bias, None, "column"),  # [t, D] @ [D, 2 d_inner]
+        Matmul(ctx.name("mamba/in_proj"), t, D, 2 * inner, 1, z.bias, None, "column",
+               linears=(Linear("in_proj", 2 * inner),)),  # [t, D] @ [D, 2 d_inner]
         # x: [b, d_inner, s] through d_inner filters of [1, K] (groups = d_inner), padded by K - 1, sliced
         Conv(ctx.name("mamba/conv"), b, s, inner, K, outputs(ctx, K), z.conv_bias, K - 1 if inference else 0),
         Elementwise(ctx.name("mamba/conv"), "activation", t * inner, ACTIVATION_FLOPS[z.activation], z.activation),
-        Matmul(ctx.name("mamba/x_proj"), t, inner, r + 2 * n, 1, False, None, "row"),  # [t, d_inner] @ [d_inner, r+2n]
+        Matmul(ctx.name("mamba/x_proj"), t, inner, r + 2 * n, 1, False, None, "row",
+               linears=(Linear("x_proj", r + 2 * n),)),  # [t, d_inner] @ [d_inner, r + 2n]
     ]
     if z.inner_norms:  # Jamba: RMSNorms over dt [t, r], B [t, n], C [t, n]
         ops += [Norm(ctx.name("mamba/dt_norm"), "rmsnorm", t, r), Norm(ctx.name("mamba/b_norm"), "rmsnorm", t, n),
                 Norm(ctx.name("mamba/c_norm"), "rmsnorm", t, n)]
     ops += [
         # dt: [d_inner, r] @ [b, r, s] (dt_proj's weight; its bias [d_inner] is added in the scan)
-        Matmul(ctx.name("mamba/dt_proj"), t, r, inner, 1, True, None, "column"),
+        # transformers multiplies by dt_proj.weight, never calling the module: a LoRA adapter on it does not run
+        Matmul(ctx.name("mamba/dt_proj"), t, r, inner, 1, True, None, "column",
+               linears=(Linear("dt_proj", inner, unused=True),)),
         # x, dt: [b, d_inner, s], B, C: [b, s, n] -> y: [b, d_inner, s], one bmm [b, d_inner, n] @ [b, n, 1] a token
         SelectiveScan(ctx.name("mamba/scan"), b, s, inner, n, inference),
         Elementwise(ctx.name("mamba/scan"), "gate", t * inner, ACTIVATION_FLOPS["silu"] + 1),  # y * silu(z)
-        Matmul(ctx.name("mamba/out_proj"), t, inner, D, 1, z.bias, None, "row"),  # [t, d_inner] @ [d_inner, D]
+        Matmul(ctx.name("mamba/out_proj"), t, inner, D, 1, z.bias, None, "row",
+               linears=(Linear("out_proj", D),)),  # [t, d_inner] @ [d_inner, D]
     ]
     return sublayer(ctx, "mamba", ops)
 

@@ -112,6 +112,15 @@ class SelectiveScan(Record):
         return self._missing("saved (what the eager selective scan keeps for backward is not yet held to "
                              "MemTracker)")
 
+    def frozen_backward(self, grad: bool = True) -> int:
+        """With A_log and D frozen: each token's y_i = state_i @ C_i still needs both gradients when one flows (the
+        state carries x, dt and B, and C is x_proj's, all downstream of in_proj or x_proj, the first linears whose
+        adapters run: dt_proj's never does): 2 x forward, as in full training; nothing without one."""
+        return 2 * self.flops(self.channels) if grad else 0
+
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        return self.saved(a, recompute, par) if grad else {}
+
     def gemm(self) -> tuple[int, int, int] | None:
         return None  # batched products of activations: no weight GEMM
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, BlockKind, Ctx, register, sublayer
-from ...arch.ops import Elementwise, Matmul, Norm, Op
+from ...arch.ops import Elementwise, Linear, Matmul, Norm, Op
 from ..conv import outputs
 from ..conv.records import Conv
 from .records import SSDScan
@@ -85,7 +85,8 @@ def mixer(ctx: Ctx) -> list[Op]:
     ops: list[Op] = [
         # x: [t, D] @ W: [D, 2 d_inner + 2 g n + h] -> z, x, B, C, dt (its output kept whole: the conv's input, z
         # and dt are views of it)
-        Matmul(ctx.name("mamba2/in_proj"), t, D, z.in_width, 1, z.bias, None, "column"),
+        Matmul(ctx.name("mamba2/in_proj"), t, D, z.in_width, 1, z.bias, None, "column",
+               linears=(Linear("in_proj", z.in_width),)),
         # x, B, C: [b, d_inner + 2 g n, s] through d_inner + 2 g n filters of [1, K] (groups = channels); it keeps
         # its input and, sliced by the silu after it, its padded output
         Conv(ctx.name("mamba2/conv"), b, s, channels, K, outputs(ctx, K), z.conv_bias, K - 1 if inference else 0,
@@ -107,7 +108,8 @@ def mixer(ctx: Ctx) -> list[Op]:
     else:  # y * silu(z): [t, d_inner], no norm; the multiply keeps both operands, y and z (one fused function)
         ops.append(Elementwise(ctx.name("mamba2/gate"), "gate", t * inner, silu + 1, kept=2 * t * inner))
     # y: [t, d_inner] @ W: [d_inner, D]
-    return [*ops, Matmul(ctx.name("mamba2/out_proj"), t, inner, D, 1, z.bias, None, "row")]
+    return [*ops, Matmul(ctx.name("mamba2/out_proj"), t, inner, D, 1, z.bias, None, "row",
+                         linears=(Linear("out_proj", D),))]
 
 
 register(BlockKind("mamba2", mamba2, family="mixer", norm="mamba2", in_pattern=True,

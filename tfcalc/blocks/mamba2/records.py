@@ -179,3 +179,13 @@ class SSDScan(Record):
         padded = c * Q
         return par.part(4 * self.b * self.heads * (10 * padded * p + 7 * padded * n + c * Q * Q + 3 * c * p * n),
                         par.tp)
+
+    # ---- fine-tuning with adapters (frozen A_log, D, dt_bias)
+    def frozen_backward(self, grad: bool = True) -> int:
+        """When a gradient flows (in_proj makes x, B, C and dt alike, so all or none need one): every product of the
+        chunked scan has operands made of them, and the frozen A_log, D and dt_bias add elementwise gradients only:
+        the full training figure, 2 x forward + backward_extra; nothing without one."""
+        return 2 * sum(self.forward().values()) + self.backward_extra() if grad else 0
+
+    def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
+        return self.saved(a, recompute, par) if grad else {}
