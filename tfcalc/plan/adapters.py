@@ -176,13 +176,18 @@ def cold_instances(groups) -> list[int]:
     adapted block and that block itself (its gradient starts at its first adapter); the others receive one. Blocks
     are placed in model order by their stack (`Group.layer`): in a hybrid (Qwen3.5's three gated DeltaNet blocks, then
     attention) an attention adapter sends gradients into the DeltaNet blocks after it, not into those before. Groups
-    that no stack places (embeddings, norms, heads, a multimodal model's towers) in the inventory's order."""
+    that no stack places (embeddings, norms, heads) in the inventory's order. A multimodal model's other towers run
+    before its connectors, and those before the language model (the inventory lists the text tower first): with
+    adapters in the language model alone no gradient flows into a tower or a connector."""
     groups = list(groups)
     adapted = [any(op.lora is not None and op.adapter_runs() for op in g.ops) for g in groups]
     cold = [0] * len(groups)
     done: set[int] = set()
     grad = False
-    for i, group in enumerate(groups):
+    rank = {"": 2, "text": 2, "connectors": 1}  # any other tower: 0, first
+    order = sorted(range(len(groups)), key=lambda i: rank.get(groups[i].tower, 0))  # stable: each tower's own order
+    for i in order:
+        group = groups[i]
         if i in done:
             continue
         stack = group.stack
