@@ -187,3 +187,118 @@ def test_the_moe_presets_plan(preset):
     r = CliRunner().invoke(app, ["memory", "--phase", "train", "-p", preset, "-N", "2048"])
     assert r.exit_code == 0, r.output
     assert "gated_deltanet/delta_rule" in r.output
+
+
+# ------------------------------------------------------------------------------------------ Mamba v1 (Jamba)
+MN, MK, MR, INNER = 4, 3, 3, 64  # d_state, conv taps, dt_rank, d_inner (expand 2)
+
+
+def mamba(**sizes) -> ModelSpec:
+    """Blocks mamba, mamba, attention+mlp."""
+    kinds = {"d_state": MN, "d_conv": MK, "dt_rank": MR} | sizes
+    return ModelSpec(n_layers=3, d_model=D, n_heads=4, vocab_size=V, seq_len=6, positions="rotary", mlp="gated",
+                     activation="silu", norm="rmsnorm", bias=False, block_pattern=["mamba", "mamba", "attention+mlp"],
+                     kinds={"mamba": kinds})
+
+
+@pytest.mark.parametrize("b", [2, 1])
+def test_what_a_mamba_block_keeps_by_hand(b):
+    s, a = 6, 2
+    t = b * s
+    kept = training_memory(mamba(), Workload(seq_len=s, batch_size=b)).stage.activation_components
+    # 2 Mamba blocks, each:
+    assert kept["mamba/in_proj"] == 2 * t * D * a  # its input, the normalised x
+    # in_proj's output [t, 2 d_inner] whole (the conv's input is a view of its first half) and the conv's padded
+    # output [b, 64, s + K - 1], which the silu reads a slice of
+    assert kept["mamba/conv"] == 2 * (2 * t * INNER + b * (s + MK - 1) * INNER) * a
+    # x_proj: its input [t, 64] (a copy of the transposed activation when b > 1, a view of it when b = 1)
+    assert kept["mamba/x_proj"] == 2 * t * INNER * a
+    # dt_proj: dt, a view of x_proj's output [t, r + 2n], which stays whole
+    assert kept["mamba/dt_proj"] == 2 * t * (MR + 2 * MN) * a
+    # selective_scan_fn: u (b > 1 only: x_proj's is a copy), delta, z and out [b, 64, s]; B and C [b, 4, s]; the
+    # fp32 states at the chunk's end [b, 64, 1, 2 * 4]; A and exp(A_log) [64, 4] fp32
+    u = 1 if b > 1 else 0
+    assert kept["mamba/scan"] == 2 * ((3 + u) * t * INNER * a + 2 * t * MN * a + b * INNER * 2 * MN * 4
+                                      + 2 * INNER * MN * 4)
+    assert kept["mamba/out_proj"] == 2 * t * INNER * a
+
+
+def test_the_scan_splits_by_channels_and_its_states_by_chunks_of_2048():
+    from tfcalc.blocks.mamba.records import SelectiveScan
+
+    scan = SelectiveScan("mamba/scan", 2, 4097, 64, 4)  # 3 chunks of 2048
+    assert scan.saved(2, "none", Parallel()) == {"u, delta, z, out": 4 * 2 * 4097 * 64 * 2,
+                                                 "B, C": 2 * 2 * 4097 * 4 * 2, "states": 2 * 64 * 3 * 8 * 4,
+                                                 "A": 2 * 64 * 4 * 4}
+    two = scan.saved(2, "none", Parallel(tp=2))
+    assert two["u, delta, z, out"] * 2 == 4 * 2 * 4097 * 64 * 2 and two["A"] == 64 * 4 * 4
+    assert two["B, C"] == 2 * 2 * 4097 * 4 * 2  # made by the row-parallel x_proj: whole on each GPU
+
+
+MAMBA_CASES = [({}, Workload(seq_len=6, batch_size=2)), ({}, Workload(seq_len=7)),
+               ({"inner_norms": True, "bias": True, "conv_bias": False}, Workload(seq_len=5, batch_size=3)),
+               ({"d_state": 1, "d_conv": 1, "dt_rank": 1, "expand": 1, "inner_norms": True}, Workload(seq_len=4))]
+MAMBA_RUNS = [(z, w, r) for i, (z, w) in enumerate(MAMBA_CASES)
+              for r in (("none", "selective", "full") if i == 0 else ("none",))]
+
+
+@pytest.mark.parametrize("sizes, workload, recompute", MAMBA_RUNS,
+                         ids=[f"{i}-b{w.batch_size}-s{w.seq_len}-{r}" for i, (_, w, r) in enumerate(MAMBA_RUNS)])
+def test_mamba_training_memory_is_what_memtracker_sees(sizes, workload, recompute):
+    report = check_memory(mamba(**sizes), workload, "bf16-mixed", "adamw", recompute, "meta")
+    rows = {r.category: r for r in report.rows}
+    for category in EXACT:
+        assert rows[category].difference == 0, (category, rows[category])
+    assert report.match
+
+
+def test_mamba_fp32_and_a_real_cpu_step_agree():
+    report = check_memory(mamba(inner_norms=True), Workload(seq_len=6, batch_size=2), "fp32", "sgd", "none", "meta")
+    assert [r.difference for r in report.rows if r.category in EXACT] == [0] * 5
+    report = check_memory(mamba(), Workload(seq_len=6, batch_size=2), "bf16-mixed", "adamw", "none", "cpu")
+    assert [r.difference for r in report.rows if r.category in EXACT] == [0] * 5
+
+
+def test_the_fused_scan_gives_eagers_gradients():
+    from tfcalc.blocks.mamba.reference import _scan, _SelectiveScanFunction
+
+    torch.manual_seed(0)
+    b, d, s, n = 2, 5, 7, 3
+    given = [torch.randn(b, d, s), torch.randn(b, d, s), -torch.rand(d, n), torch.randn(b, s, n),
+             torch.randn(b, s, n), torch.randn(d), torch.randn(b, d, s), torch.randn(d)]
+    fused_leaves = [t.clone().requires_grad_() for t in given]
+    eager_leaves = [t.clone().requires_grad_() for t in given]
+    fused, eager = _SelectiveScanFunction.apply(*fused_leaves), _scan(*eager_leaves)
+    assert torch.allclose(fused, eager, atol=1e-6)
+    dy = torch.randn_like(eager)
+    names = "u delta A B C D z delta_bias".split()
+    for name, x, y in zip(names, torch.autograd.grad(fused, fused_leaves, dy), torch.autograd.grad(eager, eager_leaves, dy)):
+        assert torch.allclose(x, y, atol=1e-5, rtol=1e-5), name
+
+
+JAMBA = {"model_type": "jamba", "num_hidden_layers": 4, "hidden_size": 16, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 24, "num_experts": 4, "attn_layer_period": 4,
+         "attn_layer_offset": 2, "mamba_d_state": 3, "mamba_d_conv": 3, "vocab_size": 30,
+         "max_position_embeddings": 64}
+
+
+def test_jamba_from_its_config(tmp_path):
+    spec = read_hf_config(write(tmp_path, JAMBA)).spec
+    assert training_memory(spec, Workload(seq_len=6, batch_size=2)).weights == 2 * _text_params("JambaForCausalLM",
+                                                                                                JAMBA)
+    report = check_memory(spec, Workload(seq_len=6, batch_size=2), "bf16-mixed", "adamw", "none", "meta")
+    assert [r.difference for r in report.rows if r.category in EXACT] == [0] * 5
+
+
+def test_jamba_1_5_mini_on_the_command_line():
+    import json
+
+    r = CliRunner().invoke(app, ["memory", "--phase", "train", "-p", "jamba-1.5-mini", "-N", "4096", "--json"])
+    assert r.exit_code == 0, r.output
+    kept = json.loads(r.output)["activation_components"]
+    z = load_preset("jamba-1.5-mini").sizes("mamba")
+    assert (z.d_state, z.inner(4096)) == (16, 8192)
+    # 28 Mamba blocks, one sequence: delta, z, out [4096, 8192] (u is x_proj's, a view at b = 1) and B, C
+    # [4096, 16] in bf16; the states of 2 chunks of 2048 [8192, 2, 32] and A, exp(A_log) [8192, 16], fp32
+    per_block = 3 * 4096 * 8192 * 2 + 2 * 4096 * 16 * 2 + 8192 * 2 * 32 * 4 + 2 * 8192 * 16 * 4
+    assert kept["mamba/scan"] == 28 * per_block

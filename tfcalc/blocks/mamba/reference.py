@@ -104,6 +104,16 @@ class _SelectiveScanFunction(torch.autograd.Function):
         return tuple(next(grads) if t is not None and t.requires_grad else None for t in inputs)
 
 
+class DtProj(nn.Linear):
+    """dt_proj as transformers runs it: its weight alone on dt, the same products as [d_inner, r] @ [b, r, s] ->
+    [b, d_inner, s], run as [b, s, r] @ [r, d_inner] (fvcore's matmul handle counts that one right); its bias is the
+    scan's (selective_scan_fn's delta_bias). The transposed result's rows are strided: the scan copies it, as the
+    kernel does."""
+
+    def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        return (dt @ self.weight.T).transpose(1, 2)
+
+
 class Mamba(nn.Module):
     """The `mamba` builder: in_proj, the conv and its activation, x_proj, (Jamba's dt/B/C norms), dt_proj, the scan,
     y * silu(z), out_proj."""
@@ -120,7 +130,7 @@ class Mamba(nn.Module):
         self.norms = z.inner_norms
         if z.inner_norms:
             self.dt_norm, self.b_norm, self.c_norm = RMSNorm(r), RMSNorm(n), RMSNorm(n)
-        self.dt_proj = nn.Linear(r, inner, bias=True)
+        self.dt_proj = DtProj(r, inner, bias=True)
         self.scan = Scan(inner, n)
         self.out_proj = nn.Linear(inner, D, bias=z.bias)
 
@@ -133,8 +143,7 @@ class Mamba(nn.Module):
         # dt_proj's weight on dt, [d_inner, r] @ [b, r, s]; its bias added in the scan (as transformers hands it to
         # the kernel, there as .float(), the same fp32 parameter in a mixed step); the gate y * silu(z) in the scan
         # too (selective_scan_fn's z)
-        dt = self.dt_proj.weight @ dt.transpose(1, 2)
-        y = self.scan(x, dt, B, C, gate, self.dt_proj.bias)
+        y = self.scan(x, self.dt_proj(dt), B, C, gate, self.dt_proj.bias)
         return self.out_proj(y.transpose(1, 2))
 
 
