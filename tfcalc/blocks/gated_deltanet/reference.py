@@ -1,5 +1,12 @@
 """The `gated_deltanet` kind's torch module: Qwen3NextGatedDeltaNet as transformers' pure-torch path runs it
-(causal_conv1d_fn / causal_conv1d_update, torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule)."""
+(causal_conv1d_fn / causal_conv1d_update, torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule).
+
+In a train step it keeps for backward what the fused kernels keep (FLA's chunk_gated_delta_rule with the l2 norm in
+the kernel, and FusedRMSNormGated), not the eager rule's fp32 chunk intermediates: the rule and the gated norm are
+autograd functions (`_ChunkRuleFunction`, `_GatedRMSNormFunction`) that save what FLA's save and run the eager
+arithmetic again in backward. Same ops, same forward matmul FLOPs; the rule's backward runs its forward once more
+(one more forward's bmm FLOPs): a FLOP check of the train step sets the rule's `explicit` and counts autograd of the
+eager rule, as transformers' torch path runs it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,12 @@
 """The `mamba` kind's torch module: Mamba's (v1) mixer, run as transformers' pure-torch path runs it (MambaMixer
 with causal_conv1d_fn / causal_conv1d_update and the sequential mamba_selective_scan). With a context, the conv and
-the scan start from zero states (only shapes count)."""
+the scan start from zero states (only shapes count).
+
+In a train step the scan keeps for backward what mamba_ssm's fused selective_scan_fn keeps (its inputs, the state at
+the end of each chunk of 2048 positions and its pre-gate output), not the eager loop's state per token: it is an
+autograd function (`_SelectiveScanFunction`) that runs the eager scan again in backward; a FLOP check of the train
+step sets its `explicit` and counts autograd of the eager scan. dt_proj's bias and the gate y * silu(z) are the
+scan's (transformers hands both to the kernel)."""
 
 from __future__ import annotations
 
