@@ -1,13 +1,12 @@
 """The `gated_deltanet` block kind (Qwen3-Next's linear attention): its own sizes under kinds.gated_deltanet, its
 arithmetic by hand (the chunked delta rule as transformers' torch path pads and runs it), the reference model held to
-FlopCounterMode and fvcore in train, prefill and decode, the state an inference step carries, and training memory
-refused by name."""
+FlopCounterMode and fvcore in train, prefill and decode, the state an inference step carries (what a train step keeps:
+tests/test_training_memory_hybrid.py)."""
 
 import pytest
 
 from tfcalc import ModelSpec, Workload, count
 from tfcalc.arch import build
-from tfcalc.arch.ops import Parallel, UnsupportedFigure
 from tfcalc.plan.memory import inference_memory
 from tfcalc.verify import check
 from tfcalc.verify.memory_check import check_memory
@@ -111,17 +110,6 @@ def test_the_state_is_a_constant_per_sequence_apart_from_the_kv_cache():
     # tensor parallelism splits the conv's channels and the value heads
     assert inference_memory(spec, Workload(phase="decode", seq_len=1, context=31, batch_size=b),
                             tp=2).state_bytes == long.state_bytes // 2
-
-
-def test_training_memory_is_refused_by_name():
-    # what the chunked rule keeps for backward is not modelled yet: refused, never counted wrong
-    with pytest.raises(UnsupportedFigure, match="'gated_deltanet/(conv|delta_rule)' does not define saved"):
-        check_memory(hybrid(), Workload(seq_len=16, batch_size=2), "bf16-mixed", "adamw", "none", "meta")
-    # each record says so itself: the convolution (not LFM2's figure) and the delta rule
-    for op, _ in build(hybrid(), Workload(seq_len=16, batch_size=2)):
-        if op.role in ("conv", "delta_rule"):
-            with pytest.raises(UnsupportedFigure, match=f"'{op.component}' does not define saved"):
-                op.saved(2, "none", Parallel())
 
 
 def test_sizes_are_the_kinds_own_with_qwen3_next_defaults():

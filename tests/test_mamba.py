@@ -1,17 +1,15 @@
 """The `mamba` block kind (Mamba v1's selective-scan mixer): its own sizes under kinds.mamba, its arithmetic by hand,
 the reference model held to FlopCounterMode and fvcore over train, prefill and decode, the state an inference step
-carries, and training memory refused by name (what the scan keeps for backward is not modelled yet)."""
+carries (what a train step keeps: tests/test_training_memory_hybrid.py)."""
 
 import math
 
 import pytest
 
 from tfcalc import ModelSpec, Workload, count
-from tfcalc.arch.ops import UnsupportedFigure
 from tfcalc.blocks.mamba import MambaSizes
 from tfcalc.blocks.mamba.records import SelectiveScan
 from tfcalc.plan.memory import inference_memory
-from tfcalc.plan.training import training_memory
 from tfcalc.verify import check
 
 D, V = 32, 50
@@ -137,11 +135,6 @@ def test_transformers_keeps_the_ssm_state_in_fp32_and_the_conv_state_in_the_acti
     layer = cache.layers[0]
     assert layer.recurrent_states[0].dtype == torch.float32 and layer.recurrent_states[0].shape == (1, 16, 2)
     assert layer.conv_states[0].dtype == torch.bfloat16
-
-
-def test_training_memory_is_refused_by_name():
-    with pytest.raises(UnsupportedFigure, match="SelectiveScan 'mamba/scan' does not define saved"):
-        training_memory(hybrid(), Workload(seq_len=8, batch_size=2))
 
 
 def test_defaults_are_mambaconfigs():

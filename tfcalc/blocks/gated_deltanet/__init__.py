@@ -92,7 +92,9 @@ def gated_deltanet(ctx: Ctx) -> list[Op]:
         DeltaRule(ctx.name("gated_deltanet/delta_rule"), b, s, z.key_heads, Hv, z.key_head_dim, dv, z.chunk,
                   recurrent, inference),
         Norm(ctx.name("gated_deltanet/out_norm"), "rmsnorm", t * Hv, dv, "heads"),  # o: [t Hv, dv], weight [dv]
-        Elementwise(ctx.name("gated_deltanet/out_norm"), "gate", t * value_dim, ACTIVATION_FLOPS["silu"] + 1),
+        # * silu(z): the fused gated norm keeps z [t, Hv dv], a view of in_proj_qkvz's output
+        Elementwise(ctx.name("gated_deltanet/out_norm"), "gate", t * value_dim, ACTIVATION_FLOPS["silu"] + 1,
+                    kept=t * value_dim),
         Matmul(ctx.name("gated_deltanet/out_proj"), t, value_dim, D, 1, False, None, "row",
                linears=(Linear("out_proj", D),)),  # [t, Hv dv] @ [Hv dv, D]
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...arch.ops import Parallel, Record
+from ...arch.ops import STAT_BYTES, Parallel, Record
 from ..conv.records import Conv
 
 RECURRENT_PER_STATE = 7  # per state element of a decode step: decay, k.S (mul, add), S + k delta (mul, add), q.S
@@ -145,8 +145,25 @@ class DeltaRule(Record):
         h = _ceil(self.value_heads, tp)
         return [h, h]  # A_log, dt_bias: split with the heads
 
-    # `saved` (what the chunked rule keeps for backward) is not defined: the training memory plan refuses a model
-    # with this record by name (UnsupportedFigure) rather than count it wrong.
+    def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
+        """What the rule keeps for backward, as FLA's fused chunk_gated_delta_rule keeps it (the kernel transformers
+        runs when fla is installed; the reference model keeps the same, `reference._ChunkRuleFunction`): the
+        l2-normalised q and k [b, s, Hv, dk] (the heads repeated), v made contiguous [b, s, Hv, dv], beta [b, s, Hv]
+        (sigmoid's output, which the sigmoid keeps too) and the WY matrix A [b, s, Hv, C], in the activations'
+        dtype; in fp32 [b, s, Hv]: q's and k's rstd, g's chunk-local cumsum, and the decay's softplus input and
+        output (g = -exp(A_log) softplus(a + dt_bias), eager torch); and -exp(A_log) and exp(A_log) [Hv], fp32.
+        Nothing padded. The same under every recompute mode (`selective` recomputes attention cores only); split by
+        heads under tensor parallelism (the [Hv] vectors not over context-parallel GPUs)."""
+        if self.recurrent:  # a training step runs the chunked form over whole sequences
+            return self._missing("saved (the recurrent form is an inference step's; a train step is chunked)")
+        if not self.s:
+            return {}
+        rows = self.b * self.s * self.value_heads  # [b, s, Hv]
+        dk, dv, C = self.key_head_dim, self.value_head_dim, self.chunk
+        return {"q, k, v": par.part(rows * (2 * dk + dv) * a, par.tp),
+                "beta, A": par.part(rows * (1 + C) * a, par.tp),
+                "statistics": par.part(rows * 5 * STAT_BYTES, par.tp),
+                "decay": 2 * _ceil(self.value_heads, par.tp) * STAT_BYTES}
 
     def frozen_backward(self, grad: bool = True) -> int:
         """With A_log and dt_bias frozen: the same products as in full training when a gradient flows into q, k and v
@@ -163,16 +180,29 @@ class DeltaRule(Record):
     def scores(self) -> int:
         return 0
 
+    def transient(self, par: Parallel) -> int:
+        """In backward the fused form runs the eager rule again from what it kept and holds its fp32 intermediates
+        while their gradients flow (the reference model; FLA's kernel recomputes per chunk in SRAM and keeps far
+        less): an estimate fitted to MemTracker's peak over 8 shapes (dk, dv, C from 4 to 64), 4 bytes x b x Hv x P x
+        (15 dk + 10 dv + 7 C - 60), P the padded positions (docs/formulas.md)."""
+        if self.recurrent or not self.s:
+            return 0
+        dk, dv, C = self.key_head_dim, self.value_head_dim, self.chunk
+        per_position = max(15 * dk + 10 * dv + 7 * C - 60, 0)
+        return par.part(STAT_BYTES * self.b * self.value_heads * self.padded * per_position, par.tp)
 
 
 @dataclass(frozen=True, slots=True)
 class DeltaNetConv(Conv):
-    """The gated DeltaNet's convolution over q, k and v: LFM2's `Conv` in every figure but what it keeps for backward,
-    which differs (no gates around it; the input projection's output and the padded output a silu reads), and is not
-    modelled yet: refused by name, never LFM2's figure."""
+    """The gated DeltaNet's convolution over q, k and v: LFM2's `Conv` in every figure but what it keeps for
+    backward, which differs (no gates around it)."""
 
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
-        return Record.saved(self, a, recompute, par)
+        """The padded output [b, C, outputs] the silu after it reads a slice of (and keeps whole). Its input
+        [b, C, s], a view of in_proj_qkvz's output, is the silu record's figure (the same component: the silu
+        keeps nothing else, its output being copied by the rule's fused form); z, the rest of that output, the
+        gate's. Split by channels under tensor parallelism."""
+        return {"conv": par.part(self.b * self.outputs * self.channels * a, par.tp)} if self.s else {}
 
     def saved_frozen(self, a: int, recompute: str, par: Parallel, grad: bool) -> dict[str, int]:
-        return Record.saved(self, a, recompute, par) if grad else {}
+        return self.saved(a, recompute, par) if grad else {}

@@ -1,5 +1,12 @@
 """The `gated_deltanet` kind's torch module: Qwen3NextGatedDeltaNet as transformers' pure-torch path runs it
-(causal_conv1d_fn / causal_conv1d_update, torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule)."""
+(causal_conv1d_fn / causal_conv1d_update, torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule).
+
+In a train step it keeps for backward what the fused kernels keep (FLA's chunk_gated_delta_rule with the l2 norm in
+the kernel, and FusedRMSNormGated), not the eager rule's fp32 chunk intermediates: the rule and the gated norm are
+autograd functions (`_ChunkRuleFunction`, `_GatedRMSNormFunction`) that save what FLA's save and run the eager
+arithmetic again in backward. Same ops, same forward matmul FLOPs; the rule's backward runs its forward once more
+(one more forward's bmm FLOPs): a FLOP check of the train step sets the rule's `explicit` and counts autograd of the
+eager rule, as transformers' torch path runs it."""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...reference.layers import saving
 from ...spec import ModelSpec
 from ..conv.reference import CausalConv
 
@@ -15,9 +23,10 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 
-def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None) -> torch.Tensor:
+def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None, parts: dict | None = None) -> torch.Tensor:
     """torch_chunk_gated_delta_rule: q, k [b, s, H, dk], v [b, s, H, dv], g, beta [b, s, H] (heads already
-    repeated) -> [b, s, H, dv]."""
+    repeated) -> [b, s, H, dv]. `parts`, when given, receives the chunks' unit-lower-triangular systems
+    [b, H, n, C, C] ("system") for the fused form's WY matrix."""
     b, s, H, dk = k.shape
     dv = v.shape[-1]
     q, k, v, beta, g = (x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
@@ -34,6 +43,8 @@ def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None) -> torch.T
     upper = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)
     pairwise = (g.unsqueeze(-1) - g.unsqueeze(-2)).masked_fill(upper, float("-inf")).exp()
     system = (k_beta @ k.transpose(-1, -2)) * pairwise  # [b, H, n, C, C]
+    if parts is not None:
+        parts["system"] = system
     intra = (q @ k.transpose(-1, -2)) * pairwise
     new_values = torch.linalg.solve_triangular(system, v_beta, upper=False, unitriangular=True)
     k_cumdecay = torch.linalg.solve_triangular(system, k_beta * g.exp().unsqueeze(-1), upper=False,
@@ -83,15 +94,74 @@ def recurrent(q, k, v, g, beta, state: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
+def _l2norm_fwd(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """FLA's l2norm_fwd: x / sqrt(sum(x^2) + eps) in x's dtype, and that rstd in fp32 per row [..., ]."""
+    rstd = torch.rsqrt(x.float().pow(2).sum(-1) + eps)
+    return (x.float() * rstd[..., None]).to(x.dtype), rstd
+
+
+def _local_cumsum(g: torch.Tensor, chunk: int, inverse: bool = False) -> torch.Tensor:
+    """g [b, s, H] summed along s within each chunk (FLA's chunk_local_cumsum, fp32); `inverse`: back from the sums
+    to g (each position's difference from the one before it in its chunk)."""
+    b, s, H = g.shape
+    pad = (chunk - s % chunk) % chunk
+    x = F.pad(g.float(), (0, 0, 0, pad)).reshape(b, -1, chunk, H)
+    x = x - F.pad(x, (0, 0, 1, -1)) if inverse else x.cumsum(dim=2)
+    return x.reshape(b, -1, H)[:, :s].clone(memory_format=torch.contiguous_format)  # unpadded, a storage of its own
+
+
+class _ChunkRuleFunction(torch.autograd.Function):
+    """The chunked gated delta rule as FLA's fused kernel keeps it for backward (ChunkGatedDeltaRuleFunction with
+    use_qk_l2norm_in_kernel, fla/ops/gated_delta_rule/chunk.py): the l2-normalised q and k [b, s, H, dk] in their
+    dtype with their fp32 rstd [b, s, H], v made contiguous [b, s, H, dv], the chunk-local cumsum of g (fp32
+    [b, s, H]), beta [b, s, H] and the WY matrix A [b, s, H, C] (the inverse of each chunk's unit lower triangular
+    system, in k's dtype); nothing else. Its backward runs the eager rule again from them (q and k rebuilt from
+    their norm and rstd, g from its sums) and hands autograd's gradients back: the same figures as autograd of the
+    eager rule, one more forward's FLOPs."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, chunk):
+        b, s, H, _ = q.shape
+        q_n, q_rstd = _l2norm_fwd(q)
+        k_n, k_rstd = _l2norm_fwd(k)
+        v = v.contiguous()
+        parts: dict = {}
+        out = chunked(q, k, v, g, beta, chunk, None, parts)
+        eye = torch.eye(chunk, dtype=torch.float32, device=q.device)
+        A = torch.linalg.solve_triangular(parts.pop("system"), eye, upper=False, unitriangular=True)
+        A = A.reshape(b, H, -1, chunk)[:, :, :s].transpose(1, 2).to(k.dtype).clone(memory_format=torch.contiguous_format)
+        ctx.chunk = chunk
+        ctx.save_for_backward(q_n, q_rstd, k_n, k_rstd, v, _local_cumsum(g, chunk), beta, A)
+        return out.to(q.dtype).clone(memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def backward(ctx, dout):
+        q_n, q_rstd, k_n, k_rstd, v, g_cum, beta, _A = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [(q_n.float() / q_rstd[..., None]).to(q_n.dtype), (k_n.float() / k_rstd[..., None]).to(k_n.dtype),
+                      v.detach(), _local_cumsum(g_cum, ctx.chunk, inverse=True), beta.detach()]
+            inputs = [t.requires_grad_(need) for t, need in zip(inputs, ctx.needs_input_grad)]
+            out = chunked(*inputs, ctx.chunk, None)
+            wanted = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wanted, dout.to(out.dtype)))
+        return (*(next(grads) if t.requires_grad else None for t in inputs), None)
+
+
 class DeltaRule(nn.Module):
     """A_log and dt_bias (one each per value head), the decay and the delta rule: chunked over a new sequence or a
     prefill after a cache (a zero state of the cache's shape), recurrent for one token after a cache."""
+
+    train_note = ("train step: the gated delta rule without its fused form (the reference's memory form runs the "
+                  "rule's forward again in backward, as FLA's kernel recomputes; transformers' eager rule does not)")
 
     def __init__(self, key_heads: int, value_heads: int, chunk: int):
         super().__init__()
         self.key_heads, self.chunk = key_heads, chunk
         self.A_log = nn.Parameter(torch.zeros(value_heads))
         self.dt_bias = nn.Parameter(torch.ones(value_heads))
+        # True: autograd of the eager rule (transformers' torch path, `backward_extra`'s figures); False (a memory
+        # check): the fused form, keeping what FLA's kernel keeps. check(train=True) sets it, as Mamba2's scan's.
+        self.explicit = False
 
     def forward(self, q, k, v, b, a, context: int = 0) -> torch.Tensor:
         H, dk, dv = v.shape[2], k.shape[-1], v.shape[-1]
@@ -103,21 +173,53 @@ class DeltaRule(nn.Module):
         state = v.new_zeros(v.shape[0], H, dk, dv, dtype=torch.float32) if context else None
         if context and q.shape[1] == 1:
             return recurrent(q, k, v, g, beta, state).to(v.dtype)
+        if state is None and saving(q, self.A_log) and not self.explicit:
+            return _ChunkRuleFunction.apply(q, k, v, g, beta, self.chunk)
         return chunked(q, k, v, g, beta, self.chunk, state).to(v.dtype)
 
 
+def _gated_rms_norm(x, z, weight, eps: float) -> torch.Tensor:
+    """Qwen3NextRMSNormGated's arithmetic: rmsnorm(x) in fp32, back in x's dtype, times the weight and silu(z)."""
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * x.to(dtype) * F.silu(z.to(torch.float32))).to(dtype)
+
+
+class _GatedRMSNormFunction(torch.autograd.Function):
+    """The gated RMSNorm as FLA's fused kernel keeps it (FusedRMSNormGated, which transformers' Qwen3-Next and
+    Qwen3.5 use when fla is installed): x, z, the weight and the fp32 rstd per row; recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, x, z, weight, eps):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)  # [..., 1], fp32
+        ctx.eps = eps
+        ctx.save_for_backward(x, z, weight, rstd)
+        return (weight * (x.float() * rstd).to(x.dtype) * F.silu(z.float())).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, z, weight, _ = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_(need) for t, need in zip((x, z, weight), ctx.needs_input_grad)]
+            out = _gated_rms_norm(*inputs, ctx.eps)
+            wanted = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wanted, dy))
+        return (*(next(grads) if t.requires_grad else None for t in inputs), None)
+
+
 class GatedRMSNorm(nn.Module):
-    """Qwen3NextRMSNormGated: rmsnorm(x) * weight * silu(z), over each value head's channels (weight [dv])."""
+    """Qwen3NextRMSNormGated: rmsnorm(x) * weight * silu(z), over each value head's channels (weight [dv]); in a
+    train step the fused form (`_GatedRMSNormFunction`)."""
 
     def __init__(self, width: int, eps: float = 1e-6):
         super().__init__()
         self.weight, self.eps = nn.Parameter(torch.ones(width)), eps
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.to(torch.float32)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight * x.to(dtype) * F.silu(z.to(torch.float32))).to(dtype)
+        if saving(x, self.weight):
+            return _GatedRMSNormFunction.apply(x, z, self.weight, self.eps)
+        return _gated_rms_norm(x, z, self.weight, self.eps)
 
 
 class GatedDeltaNet(nn.Module):
@@ -145,7 +247,8 @@ class GatedDeltaNet(nn.Module):
         q, k, v = qkv.split([key_dim, key_dim, value_dim], dim=-1)
         o = self.delta_rule(q.reshape(bsz, s, self.hk, self.dk), k.reshape(bsz, s, self.hk, self.dk),
                             v.reshape(bsz, s, self.hv, self.dv), b, a, context)
-        o = self.out_norm(o.reshape(-1, self.dv), z.reshape(-1, self.dv))
+        # o and z per value head [b, s, Hv, dv]: z a view of in_proj_qkvz's output (no copy to keep)
+        o = self.out_norm(o, z.reshape(bsz, s, self.hv, self.dv))
         return self.out_proj(o.reshape(bsz, s, value_dim))
 
 

@@ -73,7 +73,10 @@ def mamba(ctx: Ctx) -> list[Op]:
         Matmul(ctx.name("mamba/in_proj"), t, D, 2 * inner, 1, z.bias, None, "column",
                linears=(Linear("in_proj", 2 * inner),)),  # [t, D] @ [D, 2 d_inner]
         # x: [b, d_inner, s] through d_inner filters of [1, K] (groups = d_inner), padded by K - 1, sliced
-        Conv(ctx.name("mamba/conv"), b, s, inner, K, outputs(ctx, K), z.conv_bias, K - 1 if inference else 0),
+        # it keeps its input (a view of in_proj's output, which stays whole: its other half, z, is the activation's
+        # figure below) and its padded output, which the activation reads a slice of
+        Conv(ctx.name("mamba/conv"), b, s, inner, K, outputs(ctx, K), z.conv_bias, K - 1 if inference else 0,
+             output_kept=True),
         Elementwise(ctx.name("mamba/conv"), "activation", t * inner, ACTIVATION_FLOPS[z.activation], z.activation),
         Matmul(ctx.name("mamba/x_proj"), t, inner, r + 2 * n, 1, False, None, "row",
                linears=(Linear("x_proj", r + 2 * n),)),  # [t, d_inner] @ [d_inner, r + 2n]
@@ -83,9 +86,10 @@ def mamba(ctx: Ctx) -> list[Op]:
                 Norm(ctx.name("mamba/c_norm"), "rmsnorm", t, n)]
     ops += [
         # dt: [d_inner, r] @ [b, r, s] (dt_proj's weight; its bias [d_inner] is added in the scan)
-        # transformers multiplies by dt_proj.weight, never calling the module: a LoRA adapter on it does not run
+        # transformers multiplies by dt_proj.weight, never calling the module: a LoRA adapter on it does not run;
+        # (without the norms its input dt is a view of x_proj's output [t, r + 2n], which it keeps whole)
         Matmul(ctx.name("mamba/dt_proj"), t, r, inner, 1, True, None, "column",
-               linears=(Linear("dt_proj", inner, unused=True),)),
+               input_kept=0 if z.inner_norms else t * (r + 2 * n), linears=(Linear("dt_proj", inner, unused=True),)),
         # x, dt: [b, d_inner, s], B, C: [b, s, n] -> y: [b, d_inner, s], one bmm [b, d_inner, n] @ [b, n, 1] a token
         SelectiveScan(ctx.name("mamba/scan"), b, s, inner, n, inference),
         Elementwise(ctx.name("mamba/scan"), "gate", t * inner, ACTIVATION_FLOPS["silu"] + 1),  # y * silu(z)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...arch.ops import Parallel, Record, _ceil
+from ...arch.ops import STAT_BYTES, Parallel, Record, _ceil
 
 # Non-matmul work, an estimate stated once (reported apart, never in forward):
 PER_CHANNEL = 6  # dt + dt_bias, softplus (per channel and position); + D x, the add, the stack
 PER_STATE = 6  # A * dt, exp, dt * B, * x, state * dA, + dBx (per channel, state entry and position)
+SCAN_CHUNK = 2048  # mamba_ssm's selective scan keeps its state at the end of each chunk of 2048 positions
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +107,34 @@ class SelectiveScan(Record):
         c = _ceil(self.channels, tp)
         return [c * self.d_state, c]
 
-    # `saved` is not defined: what the eager per-token loop keeps for backward is not yet held to MemTracker, so
-    # training memory of a model with a Mamba block raises UnsupportedFigure naming this record (never a silent 0).
     def saved(self, a: int, recompute: str, par: Parallel) -> dict[str, int]:
-        return self._missing("saved (what the eager selective scan keeps for backward is not yet held to "
-                             "MemTracker)")
+        """What the scan keeps for backward, as mamba_ssm's fused selective_scan_fn with z keeps it (the kernel
+        transformers' Mamba and Jamba run when mamba_ssm is installed; the reference model keeps the same,
+        `reference._SelectiveScanFunction`), not the eager loop's state per step: delta [b, d, s] (dt_proj's
+        output), B and C copied to [b, n, s], z copied to contiguous [b, d, s] (a strided half of in_proj's output),
+        the output before the gate [b, d, s] and, with more than one sequence, its input u [b, d, s] (the conv's
+        activation: x_proj reads it transposed, [b, s, d], which torch's linear copies to rows of its own when b > 1
+        and keeps as a view of u when b = 1), in the activations' dtype; the fp32
+        state and decay at the end of each chunk of 2048 positions x [b, d, ceil(s / 2048), 2 n]; A = -exp(A_log)
+        and exp(A_log) [d, n], fp32. The same under every recompute mode; split by channels under tensor
+        parallelism (B and C, made by the row-parallel x_proj, whole on every GPU)."""
+        if not self.s:
+            return {}
+        b, s, d, n = self.b, self.s, self.channels, self.d_state
+        t = b * s
+        copies = 4 if b > 1 else 3  # u apart from x_proj's copy (b > 1); delta, z, out
+        return {"u, delta, z, out": par.part(copies * t * d * a, par.tp), "B, C": par.part(2 * t * n * a, par.whole),
+                "states": par.part(b * d * _ceil(s, SCAN_CHUNK) * 2 * n * STAT_BYTES, par.tp),
+                "A": 2 * _ceil(d, par.tp) * n * STAT_BYTES}
+
+    def transient(self, par: Parallel) -> int:
+        """In backward the fused form runs the eager scan again and holds its fp32 [b, d, s, n] intermediates (dA,
+        dB x, the states and what autograd keeps of each) while their gradients flow (the reference model; the fused
+        kernel recomputes in SRAM): an estimate fitted to MemTracker's peak over 5 shapes (within 3% of the peak),
+        4 bytes x b s d n x 8 (docs/formulas.md)."""
+        if not self.s:
+            return 0
+        return par.part(STAT_BYTES * self.b * self.s * self.channels * self.d_state * 8, par.tp)
 
     def frozen_backward(self, grad: bool = True) -> int:
         """With A_log and D frozen: each token's y_i = state_i @ C_i still needs both gradients when one flows (the
