@@ -226,8 +226,10 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
                 "has no KV cache to prefill or decode (use phase='train' for a forward)"]
     problems = []
     if "vision" not in spec.towers:
-        if workload.image_size is not None or workload.images is not None:
+        if workload.image_size is not None:
             problems.append(f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower")
+        elif workload.images is not None:  # images alone: named, not an image size it does not have
+            problems.append(f"images={workload.images}: {spec.label} has no vision tower")
     else:
         vision = spec.towers["vision"]
         workload = towers.with_images(spec, workload)
