@@ -26,3 +26,32 @@ def test_images_on_a_model_without_a_vision_tower_name_images_not_a_missing_imag
     # Voxtral has a text and an audio tower: images=2 with no image_size was a TypeError (None[0]) in the message
     with pytest.raises(TfcalcError, match=r"^images=2: voxtral-mini-3b has no vision tower"):
         count(load_preset("voxtral-mini-3b"), Workload(seq_len=4096, images=2))
+
+
+# ---- decode: the images' tokens are among the cached ones ---------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["count", "-p", "qwen2.5-vl-7b", "--phase", "decode", "--context", "16"],
+                                  ["memory", "-p", "qwen2.5-vl-7b", "--context", "16"],
+                                  ["count", "-p", "qwen2.5-vl-7b", "--phase", "decode", "--context", "300",
+                                   "--images", "2"]])
+def test_decode_refuses_images_whose_tokens_the_cache_cannot_hold(args):
+    # one 448 x 448 image of Qwen2.5-VL: 32 x 32 patches of 14, merged 2 x 2 into 256 tokens of the prompt; a
+    # prefill of them was refused (seq_len), a decode against a 16-token cache "encoded at the prefill" was counted
+    line = _refused(args)
+    context = args[args.index("--context") + 1]
+    tokens = 256 * (2 if "--images" in args else 1)
+    assert line.startswith(f"tfcalc: error: context={context}: the images' {tokens} tokens, prefilled into the KV "
+                           "cache, do not fit"), line
+
+
+def test_decode_takes_images_the_cache_holds_and_a_prompt_of_text_alone():
+    fits = runner.invoke(app, ["count", "-p", "qwen2.5-vl-7b", "--phase", "decode", "--context", "256", "--json"])
+    text = runner.invoke(app, ["count", "-p", "qwen2.5-vl-7b", "--phase", "decode", "--context", "16", "--images",
+                               "0", "--json"])
+    assert fits.exit_code == 0 and text.exit_code == 0, (fits.output, text.output)
+
+
+def test_decode_of_audio_the_cache_cannot_hold_names_context():
+    # Voxtral Mini: one 30 s window is 1,500 encoder positions, 4 to a projector row: 375 tokens of the prompt
+    with pytest.raises(TfcalcError, match=r"^context=100: the audio's 375 tokens, prefilled into the KV cache"):
+        count(load_preset("voxtral-mini-3b"), Workload(phase="decode", seq_len=1, context=100))
