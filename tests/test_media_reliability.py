@@ -55,3 +55,26 @@ def test_decode_of_audio_the_cache_cannot_hold_names_context():
     # Voxtral Mini: one 30 s window is 1,500 encoder positions, 4 to a projector row: 375 tokens of the prompt
     with pytest.raises(TfcalcError, match=r"^context=100: the audio's 375 tokens, prefilled into the KV cache"):
         count(load_preset("voxtral-mini-3b"), Workload(phase="decode", seq_len=1, context=100))
+
+
+# ---- memory of a dual encoder (CLIP): no KV cache to plan, a train step's memory as an encoder's -----------------
+
+@pytest.mark.parametrize("extra", [[], ["--images", "2"], ["--image-size", "336"]])
+def test_memory_of_clip_plans_a_train_step_not_a_decode_the_user_never_asked_for(extra):
+    # CLIP's text tower is causal but has no LM head: memory took it for a decoder (default: decode) and refused
+    # "phase='decode'", a phase never typed; SigLIP (bidirectional) and BERT plan their train step
+    r = runner.invoke(app, ["memory", "-p", "clip-vit-l14", *extra], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "workload: train: B=1, 77 new tokens, " in r.output, r.output
+
+
+def test_an_inference_flag_on_clip_is_refused_by_the_flag_typed():
+    line = _refused(["memory", "-p", "clip-vit-l14", "--context", "10"])
+    assert line.startswith("tfcalc: error: --context: an inference flag; clip-vit-l14 is an encoder of texts and "
+                           "images with no KV cache"), line
+
+
+def test_a_bidirectional_dual_encoder_in_decode_is_one_line():
+    # SigLIP's text tower is bidirectional and has no LM head: the phase was refused twice, in two lines
+    line = _refused(["memory", "-p", "siglip-so400m", "--phase", "decode"])
+    assert "phase='decode': siglip-so400m is a bidirectional encoder" in line, line

@@ -1273,11 +1273,14 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     points = iter(points)
     first = next(points, None)
     points = itertools.chain([first] if first is not None else [], points)
-    if phase is None and not inference_flags and first is not None and not first.spec.causal:
-        training = True  # an encoder (BERT) has no KV cache to plan: its memory question is a train step's
-    if phase is None and inference_flags and first is not None and not first.spec.causal:
+    # an encoder (BERT), or a dual encoder whose causal text tower has no LM head (CLIP), has no KV cache to plan
+    cacheless = first is not None and (not first.spec.causal or bool(first.spec.towers) and not first.spec.lm_head)
+    if phase is None and not inference_flags and cacheless:
+        training = True  # its memory question is a train step's
+    if phase is None and inference_flags and cacheless:
         typed = inference_flags[0]  # the flag that made it an inference plan, not the phase it implied
-        raise TfcalcError(f"{typed}: an inference flag; {first.spec.label} is a bidirectional encoder with no KV "
+        what = "a bidirectional encoder" if not first.spec.causal else "an encoder of texts and images"
+        raise TfcalcError(f"{typed}: an inference flag; {first.spec.label} is {what} with no KV "
                           "cache to plan (its memory is a train step's: drop the flag)")
     if training and inference_flags:
         what = training_flags[0] if training_flags else "--phase train"
