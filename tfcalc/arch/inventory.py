@@ -221,7 +221,7 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     a model whose text tower has no LM head (a dual encoder: CLIP) has no cache."""
     from . import towers
 
-    if workload.phase != "train" and not spec.lm_head:
+    if workload.phase != "train" and not spec.lm_head and spec.causal:  # (a bidirectional one: said by validate)
         return [f"phase={workload.phase!r}: {spec.label} encodes texts and images (its text tower has no LM head); it "
                 "has no KV cache to prefill or decode (use phase='train' for a forward)"]
     problems = []
