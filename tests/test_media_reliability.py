@@ -78,3 +78,35 @@ def test_a_bidirectional_dual_encoder_in_decode_is_one_line():
     # SigLIP's text tower is bidirectional and has no LM head: the phase was refused twice, in two lines
     line = _refused(["memory", "-p", "siglip-so400m", "--phase", "decode"])
     assert "phase='decode': siglip-so400m is a bidirectional encoder" in line, line
+
+
+# ---- a whole config whose tower's config is absent: the tower its config class builds ----------------------------
+
+LLAVA_TEXT = {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 1024}
+
+
+@pytest.mark.parametrize("vision", ["absent", None])
+def test_llava_without_vision_config_counts_the_tower_llavaconfig_builds(tmp_path, vision):
+    # LlavaConfig builds CLIP ViT-L/14 at 336 (its SubConfigSpec init_kwargs) when vision_config is absent or null;
+    # tfcalc counted CLIPVisionConfig's own defaults (ViT-B/32 at 224): 87,519,456 parameters instead of 303,579,104
+    import json
+
+    import torch
+    import transformers
+
+    from tfcalc.hf import read_hf_config
+
+    config = {"model_type": "llava", "image_token_index": 299, "text_config": LLAVA_TEXT}
+    if vision is None:
+        config["vision_config"] = None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with torch.device("meta"):
+        model = transformers.LlavaForConditionalGeneration(transformers.AutoConfig.for_model(**config))
+    expected = sum(p.numel() for p in model.parameters())
+    spec = read_hf_config(path).spec
+    assert spec.towers["vision"].d_model == 1024 and spec.towers["vision"].n_layers == 24
+    # one 336 x 336 image: 24 x 24 patches of 14, the class token dropped ("default"), 576 tokens of the prompt
+    assert count(spec).params.total == expected

@@ -170,6 +170,10 @@ def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
     return over_clip(cfg, towers, notes)
 
 
-# LLaVA's vision tower: CLIP's (LLaVA 1.5) or Pixtral's (Pixtral 12B), by vision_config.model_type
-LLAVA_PIXTRAL = dict(towers={"vision": (("clip_vision_model", "pixtral"), "vision_config")},
+# LLaVA's vision tower: CLIP's (LLaVA 1.5) or Pixtral's (Pixtral 12B), by vision_config.model_type; LlavaConfig's
+# when vision_config is absent or null (its SubConfigSpec init_kwargs: CLIP ViT-L/14 at 336, not CLIPVisionConfig's
+# own ViT-B/32 at 224; vocab_size, which the tower does not read, left out)
+LLAVA_VISION = {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14,
+                "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16, "projection_dim": 768}
+LLAVA_PIXTRAL = dict(towers={"vision": (("clip_vision_model", "pixtral"), "vision_config", LLAVA_VISION)},
                      connectors=llava_projector)

@@ -31,7 +31,7 @@ from .gpt_neox import partial_factor, partial_rotary
 from .idefics3 import idefics3_whole
 from .lfm2_vl import LFM2_VL_WHOLE
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
-from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
+from .pixtral import LLAVA_PIXTRAL, LLAVA_VISION, MISTRAL3_WHOLE
 from .qwen3_vl import QWEN3_VL_MOE_WHOLE, QWEN3_VL_WHOLE
 from .registry import Family, Wrapper, register
 from .voxtral import VOXTRAL_WHOLE
@@ -173,7 +173,7 @@ def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
                  activation=activation_of(cfg, "projector_hidden_act"))]
 
 
-LLAVA_WHOLE = dict(towers={"vision": ("clip_vision_model", "vision_config")}, connectors=llava_projector,
+LLAVA_WHOLE = dict(towers={"vision": ("clip_vision_model", "vision_config", LLAVA_VISION)}, connectors=llava_projector,
                    prefixes={"text": r"model\.language_model\.", "vision": r"model\.vision_tower\.(?:vision_model\.)?"},
                    components=[(r"lm_head", "head"),
                                (r"model\.multi_modal_projector\.linear_1", "multi_modal_projector/linear_1"),
