@@ -110,3 +110,33 @@ def test_llava_without_vision_config_counts_the_tower_llavaconfig_builds(tmp_pat
     assert spec.towers["vision"].d_model == 1024 and spec.towers["vision"].n_layers == 24
     # one 336 x 336 image: 24 x 24 patches of 14, the class token dropped ("default"), 576 tokens of the prompt
     assert count(spec).params.total == expected
+
+
+# ---- --audio-seconds past Decimal's 28 digits: exact, never a traceback nor a rounded frame ----------------------
+
+@pytest.mark.parametrize("typed, said", [
+    # 10^30 s: Decimal's % on 10^32 frames raised InvalidOperation (DivisionImpossible) out of the command
+    ("1" + "0" * 30, "1" + "0" * 30 + ": 100,000,000,000,000,000,000,000,000,000,000 mel frames are "
+                     "50,000,000,000,000,000,000,000,000,000,000 encoder tokens, more than whisper-large-v3's 1,500 "
+                     "positions"),
+    ("1e400", "1e400: 1,000,000,000,"),
+    ("1e600", "1e600: sizes have at most 500 digits"),
+    # 3,000 frames and 2 x 10^-36 of one: not a whole number of frames (it was shown rounded as 3000)
+    ("30.000000000000000000000000000000000002", "30.000000000000000000000000000000000002: "
+                                                "3000.0000000000000000000000000000000002 mel frames"),
+])
+def test_whisper_audio_seconds_past_28_digits_is_refused_exactly(typed, said):
+    assert _refused(["count", "-p", "whisper-large-v3", "--audio-seconds", typed]).startswith(
+        f"tfcalc: error: --audio-seconds {said}")
+
+
+def test_voxtral_audio_a_part_of_a_frame_past_one_window_takes_a_second_window():
+    # 30 s and 2 x 10^-38 s: 3,000 mel frames and a part of one, which counts as one (3,001 frames: two windows of
+    # 3,000, 2 x 375 tokens of the prompt); Decimal's 28 digits rounded it to 3,000 frames, one window
+    from tfcalc.arch.towers import image_tokens
+    from tfcalc.sources import workload_for
+
+    spec = load_preset("voxtral-mini-3b")
+    w = workload_for(spec, audio_seconds="30.000000000000000000000000000000000002")
+    assert w.mel_frames == 3001
+    assert image_tokens(spec, w) == 2 * 375

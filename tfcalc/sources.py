@@ -217,7 +217,7 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
     """A model of audio's mel frames: `audio_seconds` (--audio-seconds, as typed) x 100, an even number whose half
     fits the encoder's positions; default the model's window. None for a model of tokens or images (which refuse the
     flag); --src-len is refused for a model of audio (its encoder's tokens are the audio's)."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import Context, Decimal, InvalidOperation
 
     if "audio" in spec.towers:
         return _tower_audio(spec, audio_seconds)
@@ -238,16 +238,29 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
         seconds = None
     if seconds is None or not seconds.is_finite() or seconds <= 0:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
-    frames = seconds * 100  # Whisper's feature extractor: a frame every 10 ms (hop 160 at 16 kHz)
-    if frames != frames.to_integral_value() or frames % 2:
-        raise TfcalcError(f"--audio-seconds {audio_seconds}: {frames.normalize():f} mel frames (100 a second); "
+    frames = _hundredths(seconds, audio_seconds)  # Whisper's feature extractor: a frame every 10 ms (hop 160 at 16 kHz)
+    if frames != frames.to_integral_value() or int(frames) % 2:
+        exact = Context(prec=2 * MAX_DIGITS + 10)  # (normalize rounds to the context's digits)
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: {frames.normalize(exact):f} mel frames (100 a second); "
                           "conv2's stride 2 takes an even number of whole frames (hundredths of a second: 10.5, "
                           "10.52)")
-    if frames // 2 > sizes.positions:
+    if int(frames) // 2 > sizes.positions:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: {int(frames):,} mel frames are {int(frames) // 2:,} "
                           f"encoder tokens, more than {spec.label}'s {sizes.positions:,} positions (at most "
                           f"{sizes.window / 100:g} s)")
     return int(frames)
+
+
+def _hundredths(seconds, audio_seconds: str):
+    """seconds x 100 (mel frames) exactly: Decimal's default context keeps 28 digits, rounding 30.000...01 s (a part
+    of a frame past one window) down to 3,000 frames, and its % refuses a value past them."""
+    from decimal import localcontext
+
+    if seconds.adjusted() >= MAX_DIGITS - 3 or len(seconds.as_tuple().digits) > MAX_DIGITS:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: sizes have at most {MAX_DIGITS} digits")
+    with localcontext() as ctx:
+        ctx.prec = 2 * MAX_DIGITS + 10
+        return seconds * 100
 
 
 def _seconds(audio_seconds: str):
@@ -273,9 +286,7 @@ def _tower_audio(spec: ModelSpec, audio_seconds: str | None) -> int:
     seconds = _seconds(audio_seconds)
     if seconds is None:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
-    if seconds.adjusted() >= MAX_DIGITS - 3:
-        raise TfcalcError(f"--audio-seconds {audio_seconds}: sizes have at most {MAX_DIGITS} digits")
-    return math.ceil(seconds * 100)  # a frame every 10 ms (hop 160 at 16 kHz)
+    return math.ceil(_hundredths(seconds, audio_seconds))  # a frame every 10 ms (hop 160 at 16 kHz)
 
 
 def parse_image_size(text: str) -> tuple[int, int]:
