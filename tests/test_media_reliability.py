@@ -140,3 +140,15 @@ def test_voxtral_audio_a_part_of_a_frame_past_one_window_takes_a_second_window()
     w = workload_for(spec, audio_seconds="30.000000000000000000000000000000000002")
     assert w.mel_frames == 3001
     assert image_tokens(spec, w) == 2 * 375
+
+
+# ---- infer of a model with no KV cache: refused by the command, not by a phase it has no flag for ---------------
+
+@pytest.mark.parametrize("preset, what", [("clip-vit-l14", "encodes texts and images (no LM head)"),
+                                          ("siglip-so400m", "is a bidirectional encoder"),
+                                          ("bert-base", "is a bidirectional encoder")])
+def test_infer_refuses_a_model_without_a_kv_cache_in_one_line_naming_no_phase(preset, what):
+    # was "phase='prefill': ..." (infer has no --phase), and two lines for SigLIP
+    line = _refused(["infer", "-p", preset, "--gpu", "h100-sxm"])
+    assert line == (f"tfcalc: error: tfcalc infer: {preset} {what}: it has no KV cache to prefill or decode; infer "
+                    "plans a decoder's prefill and decode (count counts its forward, memory its train step)")

@@ -1468,6 +1468,10 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
         _tokens_only(s, "infer", towers=True)
+        if not s.causal or (s.towers and not s.lm_head):  # infer has no --phase: its refusal names none
+            what = "is a bidirectional encoder" if not s.causal else "encodes texts and images (no LM head)"
+            raise TfcalcError(f"tfcalc infer: {s.label} {what}: it has no KV cache to prefill or decode; infer "
+                              "plans a decoder's prefill and decode (count counts its forward, memory its train step)")
         if ctx is not None and ("seq_len" in overrides or "seq_len" in axes) and not s.is_encoder_decoder:
             raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
                               "when --context is not given); give one")
