@@ -152,3 +152,15 @@ def test_infer_refuses_a_model_without_a_kv_cache_in_one_line_naming_no_phase(pr
     line = _refused(["infer", "-p", preset, "--gpu", "h100-sxm"])
     assert line == (f"tfcalc: error: tfcalc infer: {preset} {what}: it has no KV cache to prefill or decode; infer "
                     "plans a decoder's prefill and decode (count counts its forward, memory its train step)")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["-p", "qwen2.5-vl-7b", "--context", "16"], "--context 16: the images' 256 tokens in the prompt do not fit "
+                                                 "batch_size x context = 16 tokens"),
+    (["-p", "voxtral-mini-3b", "--context", "100", "--audio-seconds", "5"],
+     "--context 100: the audio's 375 tokens in the prompt do not fit batch_size x context = 100 tokens"),
+])
+def test_infer_names_the_context_typed_when_the_images_do_not_fit_the_prompt(args, said):
+    # infer's prompt is --context; the refusal named seq_len=16, a flag infer's user did not type
+    line = _refused(["infer", "--gpu", "h100-sxm", *args])
+    assert line.startswith(f"tfcalc: error: {said}"), line

@@ -1477,12 +1477,18 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
                               "when --context is not given); give one")
         prompt = _default_prompt(s) if ctx is None else ctx
         given = {}
-        if media:  # checked and read as count reads them
-            w = workload_for(s, "prefill", None, None, None, prompt, image_size, images, audio_seconds)
-            given = {"images": w.images, "image_size": w.image_size, "mel_frames": w.mel_frames}
-        return inference_plan(s, card, prompt, s.batch_size, dtype, kv_dtype,
-                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q,
-                              **given)
+        try:
+            if media:  # checked and read as count reads them
+                w = workload_for(s, "prefill", None, None, None, prompt, image_size, images, audio_seconds)
+                given = {"images": w.images, "image_size": w.image_size, "mel_frames": w.mel_frames}
+            return inference_plan(s, card, prompt, s.batch_size, dtype, kv_dtype,
+                                  (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q,
+                                  **given)
+        except TfcalcError as e:  # the images' tokens past the prompt: the prompt is --context as typed
+            said = f"seq_len={prompt}: the "
+            if ctx is None or not s.towers or not str(e).startswith(said):
+                raise
+            raise TfcalcError(f"--context {ctx}: the " + str(e)[len(said):].replace("seq_len", "context")) from None
 
     fmt = Format.json if as_json else fmt
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept
