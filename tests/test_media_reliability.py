@@ -164,3 +164,29 @@ def test_infer_names_the_context_typed_when_the_images_do_not_fit_the_prompt(arg
     # infer's prompt is --context; the refusal named seq_len=16, a flag infer's user did not type
     line = _refused(["infer", "--gpu", "h100-sxm", *args])
     assert line.startswith(f"tfcalc: error: {said}"), line
+
+
+@pytest.mark.parametrize("model_type, vision, layer", [
+    ("llava", {"model_type": "clip_vision_model", "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "image_size": 32, "patch_size": 8}, -4),
+    ("llava", {"model_type": "clip_vision_model", "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "image_size": 32, "patch_size": 8}, 3),
+    ("mistral3", {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "head_dim": 8, "image_size": 32, "patch_size": 4}, -10),
+])
+def test_a_vision_feature_layer_past_the_towers_hidden_states_is_refused(tmp_path, model_type, vision, layer):
+    # two blocks: three hidden states (the embeddings' and each block's), -3..2; get_image_features indexes
+    # hidden_states[vision_feature_layer] (transformers 5.24, modeling_llava.py / modeling_mistral3.py): IndexError.
+    # tfcalc counted the model as if the index were one.
+    import json
+
+    text = {**LLAVA_TEXT, "model_type": "mistral"} if model_type == "mistral3" else LLAVA_TEXT
+    config = {"model_type": model_type, "text_config": text, "vision_config": vision,
+              "vision_feature_layer": layer}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    line = _refused(["count", "--hf-config", str(path)])
+    assert f"vision_feature_layer={layer} is not modelled: the vision tower has 3 hidden states" in line, line
+    path.write_text(json.dumps({**config, "vision_feature_layer": -3}))  # the embeddings' output: taken
+    ok = runner.invoke(app, ["count", "--hf-config", str(path), "-N", "512"])
+    assert ok.exit_code == 0, ok.output

@@ -92,12 +92,22 @@ MISTRAL3_VISION = {"model_type": "pixtral", "intermediate_size": 4096, "hidden_s
                    "hidden_act": "gelu"}
 
 
+def feature_layer(cfg: dict, towers: dict[str, dict]) -> None:
+    """vision_feature_layer: one index into the tower's hidden states (the embeddings' output and each block's: n_layers
+    + 1 of them), as get_image_features indexes them; another is refused (transformers' forward fails: IndexError)."""
+    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
+              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    states = towers["vision"]["n_layers"] + 1
+    refuse_if(cfg, "vision_feature_layer", not -states <= cfg["vision_feature_layer"] < states,
+              f"the vision tower has {states} hidden states (its embeddings' and {states - 1} blocks'), indexed "
+              f"{-states} to {states - 1}")
+
+
 def mistral3_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
     """Mistral3MultiModalProjector over each image's patches of one layer of the Pixtral tower (vision_feature_layer;
     every block of the tower still runs): norm, the patch merger's spatial_merge_size^2 blocks and merging_layer,
     linear_1, the activation, linear_2. The tower's images come in m x m blocks of patches (its merge_size)."""
-    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
-              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    feature_layer(cfg, towers)
     m = cfg["spatial_merge_size"]
     vision, D_t = towers["vision"], towers["text"]["d_model"]
     patches = vision["kinds"]["patch_embedding"]

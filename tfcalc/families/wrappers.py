@@ -162,9 +162,9 @@ def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
     text width), the activation, linear_2 (text width -> text width), biases by multimodal_projector_bias. Its
     tokens take the image's places in the prompt."""
     from ..hf import activation_of, refuse_if
+    from .pixtral import feature_layer
 
-    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
-              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    feature_layer(cfg, towers)
     strategy = cfg["vision_feature_select_strategy"]
     refuse_if(cfg, "vision_feature_select_strategy", strategy not in ("default", "full"), "expected default or full")
     D_v, D_t = towers["vision"]["d_model"], towers["text"]["d_model"]
