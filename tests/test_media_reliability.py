@@ -190,3 +190,11 @@ def test_a_vision_feature_layer_past_the_towers_hidden_states_is_refused(tmp_pat
     path.write_text(json.dumps({**config, "vision_feature_layer": -3}))  # the embeddings' output: taken
     ok = runner.invoke(app, ["count", "--hf-config", str(path), "-N", "512"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_audio_on_a_vision_language_model_is_one_problem_through_the_api():
+    # mel_frames on Qwen2.5-VL (a text and a vision tower): "has no audio tower" and "reads tokens, not audio
+    # (inputs='audio')", the same problem twice
+    with pytest.raises(TfcalcError) as e:
+        count(load_preset("qwen2.5-vl-7b"), Workload(seq_len=4096, mel_frames=3000))
+    assert str(e.value) == "mel_frames=3000: qwen2.5-vl-7b has no audio tower"

@@ -139,7 +139,7 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
         problems.append(f"images={workload.images}: only a model with a vision tower takes images beside its tokens"
                         + (" (a model of images alone runs batch_size images)" if spec.inputs == "images" else
                            f" ({spec.label} has none)"))
-    if spec.inputs == "audio" or (workload.mel_frames is not None and "audio" not in spec.towers):
+    if spec.inputs == "audio" or (workload.mel_frames is not None and not spec.towers):  # (towers': said there)
         problems += _audio_problems(spec, workload)
     if not spec.towers and (spec.inputs == "images" or workload.image_size is not None):
         problems += _image_problems(spec, workload)
