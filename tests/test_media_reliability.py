@@ -198,3 +198,40 @@ def test_audio_on_a_vision_language_model_is_one_problem_through_the_api():
     with pytest.raises(TfcalcError) as e:
         count(load_preset("qwen2.5-vl-7b"), Workload(seq_len=4096, mel_frames=3000))
     assert str(e.value) == "mel_frames=3000: qwen2.5-vl-7b has no audio tower"
+
+
+# ---- Mistral 3: a Pixtral image_size that is not a whole number of merged blocks -----------------------------------
+
+def _mistral3(tmp_path, image_size: int, patch_size: int, merge: int):
+    import json
+
+    config = {"model_type": "mistral3", "spatial_merge_size": merge,
+              "text_config": {**LLAVA_TEXT, "model_type": "mistral"},
+              "vision_config": {"model_type": "pixtral", "hidden_size": 32, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "intermediate_size": 37, "image_size": image_size,
+                                "patch_size": patch_size}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_mistral3_tower_image_is_the_largest_of_whole_merged_blocks(tmp_path):
+    # 48 pixels of 14-pixel patches merged 2 x 2: the largest image is 28 x 28 (2 x 2 patches, one token); the tower's
+    # own seq_len was the 3 x 3 patches of 42 x 42, and the config was refused as "towers.vision={...487 characters}:
+    # seq_len=9: ... runs on one image's 4 tokens", naming no field of the config
+    from tfcalc.arch.towers import image_tokens
+    from tfcalc.hf import read_hf_config
+    from tfcalc.verify import hf_model
+
+    path = _mistral3(tmp_path, 48, 14, 2)
+    spec = read_hf_config(path).spec
+    w = Workload(seq_len=64)
+    assert count(spec, w).workload.images == 1 and image_tokens(spec, count(spec, w).workload) == 1
+    report = hf_model.compare(path, spec, w)
+    assert report.match, [r for r in report.rows if r.match is False]
+
+
+def test_mistral3_merge_larger_than_the_tower_image_is_refused_by_name(tmp_path):
+    line = _refused(["count", "--hf-config", str(_mistral3(tmp_path, 48, 6, 9))])
+    assert "spatial_merge_size=9 is not modelled: the vision tower's image_size=48x48 holds no 9x9 block of 6-pixel " \
+           "patches" in line, line

@@ -113,6 +113,13 @@ def mistral3_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> 
     patches = vision["kinds"]["patch_embedding"]
     patches["merge_size"] = m  # the merger unfolds m x m blocks of each image's grid: images are multiples of p * m
     p = patches["patch_size"]
+    # the tower's own image: the largest of whole m x m blocks up to image_size (not of whole patches: 48 pixels of
+    # 14-pixel patches merged 2 x 2 is 28 x 28, 4 patches, not 42 x 42)
+    size = patches["image_size"]
+    H, W = (size, size) if isinstance(size, int) else size
+    refuse_if(cfg, "spatial_merge_size", min(H, W) < p * m, f"the vision tower's image_size={H}x{W} holds no {m}x{m} "
+                                                            f"block of {p}-pixel patches")
+    vision["seq_len"] = (H // (p * m) * m) * (W // (p * m) * m)
     notes.append(f"mistral3: each image's patches normed, merged {m}x{m} by the patch merger into tokens of the prompt "
                  f"((H/{p * m}) x (W/{p * m}) per image; the [IMG_BREAK] and [IMG_END] tokens the processor adds are "
                  "text tokens of seq_len)")
