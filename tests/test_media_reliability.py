@@ -235,3 +235,17 @@ def test_mistral3_merge_larger_than_the_tower_image_is_refused_by_name(tmp_path)
     line = _refused(["count", "--hf-config", str(_mistral3(tmp_path, 48, 6, 9))])
     assert "spatial_merge_size=9 is not modelled: the vision tower's image_size=48x48 holds no 9x9 block of 6-pixel " \
            "patches" in line, line
+
+
+# ---- digits of other scripts: refused as --image-size refuses them, not read as ASCII ones -------------------------
+
+@pytest.mark.parametrize("args, flag", [
+    (["count", "-p", "qwen2.5-vl-7b", "--images", "१२"], "--images"),  # int() read it as 12
+    (["count", "-p", "gpt2", "-N", "१२k"], "--seq-len"),  # the sweep's \d read it as 12k
+    (["count", "-p", "whisper-large-v3", "--audio-seconds", "१०"], "--audio-seconds"),  # Decimal read it as 10
+    (["count", "-p", "voxtral-mini-3b", "--audio-seconds", "١٠"], "--audio-seconds"),
+    (["count", "-p", "qwen2.5-vl-7b", "--image-size", "４４８"], "--image-size"),  # (refused already)
+])
+def test_digits_of_other_scripts_are_refused_naming_the_flag(args, flag):
+    line = _refused(args)
+    assert flag in line and args[-1] in line, line

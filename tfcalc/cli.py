@@ -206,6 +206,8 @@ def _integer(text: str) -> int:
     """Sizes are exact integers: '1_000_000' and '1000000' are fine, '1e6' and '12.5' are not."""
     if len(text) > MAX_DIGITS + 10:  # before int(): Python refuses 4,300 digits, and long ones take time
         raise typer.BadParameter(f"{text[:12]}... ({len(text)} characters): sizes have at most {MAX_DIGITS} digits")
+    if not text.isascii():  # int() reads other scripts' digits ('१२' as 12); --image-size and the spec files do not
+        raise typer.BadParameter(f"{text!r} is not an integer (ASCII digits: 12)")
     try:
         return int(text)
     except ValueError:

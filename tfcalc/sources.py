@@ -233,7 +233,7 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
     if audio_seconds is None:
         return sizes.window
     try:
-        seconds = Decimal(audio_seconds.strip().replace("_", ""))
+        seconds = Decimal(audio_seconds.strip().replace("_", "")) if audio_seconds.isascii() else None  # (not "१०")
     except InvalidOperation:
         seconds = None
     if seconds is None or not seconds.is_finite() or seconds <= 0:
@@ -267,6 +267,8 @@ def _seconds(audio_seconds: str):
     """--audio-seconds as typed: a positive Decimal, else None."""
     from decimal import Decimal, InvalidOperation
 
+    if not audio_seconds.isascii():  # Decimal reads other scripts' digits ("१०" as 10)
+        return None
     try:
         seconds = Decimal(audio_seconds.strip().replace("_", ""))
     except InvalidOperation:
