@@ -249,3 +249,18 @@ def test_mistral3_merge_larger_than_the_tower_image_is_refused_by_name(tmp_path)
 def test_digits_of_other_scripts_are_refused_naming_the_flag(args, flag):
     line = _refused(args)
     assert flag in line and args[-1] in line, line
+
+
+# ---- an image size with no image: used by nothing, refused ----------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["count"], ["memory"], ["infer", "--gpu", "h100-sxm"]])
+def test_an_image_size_beside_images_0_is_refused_not_dropped(command):
+    # --images 0 is a prompt of text alone: --image-size 448 sized nothing and the count went on without it
+    line = _refused([*command, "-p", "qwen2.5-vl-7b", "--images", "0", "--image-size", "448"])
+    assert line == "tfcalc: error: --image-size 448: --images 0 is a prompt of text alone, with no image to size " \
+                   "(drop one)"
+
+
+def test_an_image_size_beside_images_0_is_refused_through_the_api():
+    with pytest.raises(TfcalcError, match=r"^image_size=448x448: images=0 is a prompt of text alone"):
+        count(load_preset("qwen2.5-vl-7b"), Workload(seq_len=4096, images=0, image_size=(448, 448)))

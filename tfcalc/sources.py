@@ -200,6 +200,9 @@ def _tower_images(spec: ModelSpec, image_size: str | None, images: int | None) -
     if images is not None and images < 0:
         raise TfcalcError(f"--images {images}: expected 0 or more images (0: a prompt of text alone)")
     out: dict[str, Any] = {"images": 1 if images is None else images}
+    if image_size is not None and images == 0:  # no image to size: the flag would go unused
+        raise TfcalcError(f"--image-size {image_size}: --images 0 is a prompt of text alone, with no image to size "
+                          "(drop one)")
     if image_size is not None:
         H, W = parse_image_size(image_size)
         sizes = vision.sizes("patch_embedding")

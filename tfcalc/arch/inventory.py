@@ -230,6 +230,9 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
             problems.append(f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower")
         elif workload.images is not None:  # images alone: named, not an image size it does not have
             problems.append(f"images={workload.images}: {spec.label} has no vision tower")
+    elif workload.images == 0 and workload.image_size is not None:  # no image to size: the field would go unused
+        problems.append(f"image_size={_shown(workload.image_size)}: images=0 is a prompt of text alone, with no image "
+                        "to size")
     else:
         vision = spec.towers["vision"]
         workload = towers.with_images(spec, workload)
