@@ -264,3 +264,29 @@ def test_an_image_size_beside_images_0_is_refused_not_dropped(command):
 def test_an_image_size_beside_images_0_is_refused_through_the_api():
     with pytest.raises(TfcalcError, match=r"^image_size=448x448: images=0 is a prompt of text alone"):
         count(load_preset("qwen2.5-vl-7b"), Workload(seq_len=4096, images=0, image_size=(448, 448)))
+
+
+# ---- a merger wider than the language model: said, as Qwen3-VL's is ---------------------------------------------
+
+def test_a_qwen2_5_vl_merger_width_apart_from_the_text_width_is_said(tmp_path):
+    # vision_config.out_hidden_size 40 beside text_config.hidden_size 32: transformers builds it, its forward fails
+    # ("Image features and image tokens do not match", transformers 5.24); Qwen3-VL's reading said so in a note,
+    # Qwen2-VL's, Qwen2.5-VL's and GLM-4.1V's (qwen_vl_tokens) said nothing
+    import json
+
+    config = {"model_type": "qwen2_5_vl", "image_token_id": 299, "video_token_id": 298,
+              "vision_start_token_id": 297,
+              "text_config": {"model_type": "qwen2_5_vl_text", "vocab_size": 300, "hidden_size": 32,
+                              "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "num_key_value_heads": 2, "max_position_embeddings": 128,
+                              "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]}},
+              "vision_config": {"model_type": "qwen2_5_vl_vision", "depth": 2, "hidden_size": 32,
+                                "intermediate_size": 40, "out_hidden_size": 40, "num_heads": 2, "patch_size": 2,
+                                "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 8,
+                                "fullatt_block_indexes": [1]}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = runner.invoke(app, ["count", "--hf-config", str(path), "--image-size", "16", "-N", "64"])
+    assert r.exit_code == 0, r.output
+    assert "the vision tower's merger puts out 40 channels, not the language model's hidden_size=32" in " ".join(
+        r.output.split())  # the source line's notes, wrapped to the terminal

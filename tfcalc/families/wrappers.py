@@ -126,6 +126,11 @@ def qwen_vl_tokens(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list
     model's width, one token per spatial_merge_size^2 patches; nothing of its own joins them (no parameters)."""
     m = towers["vision"]["kinds"]["patch_merger"].get("merge", None) or towers["vision"]["kinds"]["patch_embedding"][
         "merge_size"]
+    d_out, D = towers["vision"]["kinds"]["patch_merger"].get("d_out"), towers["text"]["d_model"]
+    if d_out is not None and d_out != D:  # said, as Qwen3-VL's (qwen3_vl.qwen3_vl_tokens) says it
+        notes.append(f"the vision tower's merger puts out {d_out} channels, not the language model's hidden_size={D}: "
+                     "transformers builds this model, but its forward cannot put the merger's tokens in the prompt "
+                     "(counted as if it could)")
     notes.append(f"{cfg.get('model_type', 'qwen2_vl')}: each image's patches merged {m}x{m} by the vision tower's "
                  "merger into tokens of the prompt")
     return [dict(name="image_tokens", source="vision", merge=m * m)]
