@@ -290,3 +290,15 @@ def test_a_qwen2_5_vl_merger_width_apart_from_the_text_width_is_said(tmp_path):
     assert r.exit_code == 0, r.output
     assert "the vision tower's merger puts out 40 channels, not the language model's hidden_size=32" in " ".join(
         r.output.split())  # the source line's notes, wrapped to the terminal
+
+
+# ---- an audio tower alone: --seq-len is its tokens, not dropped for the window's -----------------------------------
+
+def test_seq_len_on_an_audio_tower_alone_is_refused_not_dropped():
+    # Voxtral's audio tower alone: -N 100 was replaced by the default window's 1,500 tokens, silently
+    line = _refused(["count", "-p", "voxtral-mini-3b", "--tower", "audio", "-N", "100"])
+    assert line.startswith("tfcalc: error: --seq-len 100: voxtral-mini-3b (audio)") and \
+        "give --audio-seconds instead (2 s is 100 tokens)" in line, line
+    agree = runner.invoke(app, ["count", "-p", "voxtral-mini-3b", "--tower", "audio", "-N", "500",
+                                "--audio-seconds", "10", "--json"])
+    assert agree.exit_code == 0, agree.output

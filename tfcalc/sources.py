@@ -180,6 +180,10 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
     if frames is not None and spec.is_encoder_decoder:
         fields["mel_frames"], fields["src_len"] = frames, frames // 2
     elif frames is not None and spec.inputs == "audio":  # an audio encoder alone: its tokens are half the frames
+        if seq_len is not None and seq_len != frames // 2:  # (--seq-len was dropped for the window's tokens)
+            raise TfcalcError(f"--seq-len {seq_len}: {spec.label} reads audio, its tokens half the mel frames "
+                              f"({frames:,} frames, {frames // 2:,} tokens); give --audio-seconds instead "
+                              f"({seq_len / 50:g} s is {seq_len:,} tokens)")
         fields["mel_frames"], fields["seq_len"] = frames, frames // 2
     elif frames is not None:  # a model with an audio tower: each sequence's audio
         fields["mel_frames"] = frames
