@@ -302,3 +302,10 @@ def test_seq_len_on_an_audio_tower_alone_is_refused_not_dropped():
     agree = runner.invoke(app, ["count", "-p", "voxtral-mini-3b", "--tower", "audio", "-N", "500",
                                 "--audio-seconds", "10", "--json"])
     assert agree.exit_code == 0, agree.output
+
+
+@pytest.mark.parametrize("extra", [["--images", "5"], ["--image-size", "896"], ["--audio-seconds", "10"]])
+def test_serve_refuses_the_media_flags_it_does_not_plan(extra):
+    # memory --serve planned the same capacity whatever --images, --image-size or --audio-seconds said
+    line = _refused(["memory", "-p", "qwen2.5-vl-7b", "--serve", "--gpu", "h100-sxm", *extra])
+    assert line.startswith(f"tfcalc: error: {extra[0]} {extra[1]}: not planned with --serve"), line

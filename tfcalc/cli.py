@@ -1238,7 +1238,9 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                     "--attention": attention, "--dp": dp, "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep,
                     "--cp": cp, "--plot": plot, "--phase": phase, "--src-len": src_len, "--tgt-len": tgt_len,
                     "--batch-size": overrides.get("batch_size"), "--framework": framework,
-                    "--lora-rank": lora_rank, "--lora-targets": lora_targets, "--dora": dora or None}
+                    "--lora-rank": lora_rank, "--lora-targets": lora_targets, "--dora": dora or None,
+                    # the towers' weights are served; the prompts' images and audio are not planned (were dropped)
+                    "--images": images, "--image-size": image_size, "--audio-seconds": audio_seconds}
         if _quant(quant, hf_config, dtype) is not None:  # vLLM's arithmetic here is for 16-bit or --dtype weights
             raise TfcalcError(f"{'--quant ' + quant if quant else '--hf-config'}: quantized weights (a format with "
                               "scales, or the config's quantization_config) are not planned with --serve yet; "
