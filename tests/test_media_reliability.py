@@ -309,3 +309,16 @@ def test_serve_refuses_the_media_flags_it_does_not_plan(extra):
     # memory --serve planned the same capacity whatever --images, --image-size or --audio-seconds said
     line = _refused(["memory", "-p", "qwen2.5-vl-7b", "--serve", "--gpu", "h100-sxm", *extra])
     assert line.startswith(f"tfcalc: error: {extra[0]} {extra[1]}: not planned with --serve"), line
+
+
+@pytest.mark.parametrize("kwargs, said", [({"images": -1}, "images=-1: Input should be greater than or equal to 0"),
+                                          ({"image_size": 224}, "image_size=224: Input should be a valid tuple"),
+                                          ({"mel_frames": 0}, "mel_frames=0: Input should be greater than 0")])
+def test_inference_plan_refuses_bad_media_arguments_as_tfcalc_errors_naming_them(kwargs, said):
+    # they reached the caller as pydantic's ValidationError (its type, its URL, several lines), unlike
+    # inference_plan's other arguments
+    from tfcalc.plan.roofline import inference_plan
+
+    with pytest.raises(TfcalcError) as e:
+        inference_plan(load_preset("qwen2.5-vl-7b"), "h100-sxm", 4096, **kwargs)
+    assert str(e.value) == said
