@@ -322,3 +322,17 @@ def test_inference_plan_refuses_bad_media_arguments_as_tfcalc_errors_naming_them
     with pytest.raises(TfcalcError) as e:
         inference_plan(load_preset("qwen2.5-vl-7b"), "h100-sxm", 4096, **kwargs)
     assert str(e.value) == said
+
+
+# ---- -d on a whole multimodal model: its connectors are sized to the text tower's width ---------------------------
+
+@pytest.mark.parametrize("preset, width", [("mistral-small-3.1-24b", 5120), ("qwen2.5-vl-7b", 3584),
+                                           ("clip-vit-l14", 768)])
+def test_a_new_text_width_on_a_whole_multimodal_model_is_refused(preset, width):
+    # -d 1024 on Mistral Small 3.1 kept its projector putting out 5,120 channels into a 1,024-wide language model
+    # (35,652,608 parameters, as at 5,120): a model transformers cannot build from any config
+    line = _refused(["count", "-p", preset, "-d", "1024", "-H", "8"])
+    assert line.startswith(f"tfcalc: error: --d-model 1024: {preset}'s towers and connectors are sized to its text "
+                           f"tower's d_model={width}"), line
+    alone = runner.invoke(app, ["count", "-p", preset, "--tower", "text", "-d", "1024", "-H", "8", "--json"])
+    assert alone.exit_code == 0, alone.output

@@ -36,6 +36,10 @@ def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
             merged.setdefault(name, {}).update(sizes)
         overrides = {**overrides, "kinds": merged}
     changed = {k: v for k, v in overrides.items() if k != "name" and getattr(spec, k) != v}
+    if spec.towers and "d_model" in changed:  # the connectors (a merger) were sized to the language model's width
+        raise TfcalcError(f"--d-model {changed['d_model']}: {spec.label}'s towers and connectors are sized to its "
+                          f"text tower's d_model={spec.d_model} (its config's); --tower text counts the text tower "
+                          "alone at another width")
     kept = {k: v for k, v in overrides.items() if k in changed or k == "name" or k not in spec.model_fields_set}
     if not kept:
         return spec
