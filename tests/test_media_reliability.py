@@ -336,3 +336,28 @@ def test_a_new_text_width_on_a_whole_multimodal_model_is_refused(preset, width):
                            f"tower's d_model={width}"), line
     alone = runner.invoke(app, ["count", "-p", preset, "--tower", "text", "-d", "1024", "-H", "8", "--json"])
     assert alone.exit_code == 0, alone.output
+
+
+# ---- check --memory of a tower of tiles at batch 1: no class-token gradient view to expect -------------------------
+
+def test_check_memory_of_a_tower_of_tiles_expects_no_class_token_view(tmp_path):
+    # check -p llama3.2-11b-vision --memory --tower vision reported gradients 1,727,134,758 = 1,727,134,758 as a
+    # MISMATCH: at batch 1 it expected the class token's .grad to keep a view of the embeddings' gradient, but Mllama
+    # expands the class token over the batch's 4 tiles, whose backward sums into a tensor of its own (0 bytes more)
+    import json
+
+    from tfcalc.arch.inventory import default_workload
+    from tfcalc.hf import read_hf_config
+    from tfcalc.verify.memory_check import check_memory
+
+    config = dict(model_type="mllama_vision_model", hidden_size=32, attention_heads=4, num_hidden_layers=4,
+                  num_global_layers=2, intermediate_size=48, image_size=28, patch_size=7, max_num_tiles=4,
+                  intermediate_layers_indices=[1, 3], vision_output_dim=96, num_channels=3)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = read_hf_config(path).spec
+    workload = default_workload(spec)
+    assert workload.batch_size == 1 and spec.sizes("patch_embedding").tiles == 4
+    rows = {r.category: r for r in check_memory(spec, workload).rows}
+    assert rows["gradients"].known == 0 and rows["gradients"].match, rows["gradients"]
+    assert rows["gradients"].measured == rows["gradients"].analytic
