@@ -361,3 +361,11 @@ def test_check_memory_of_a_tower_of_tiles_expects_no_class_token_view(tmp_path):
     rows = {r.category: r for r in check_memory(spec, workload).rows}
     assert rows["gradients"].known == 0 and rows["gradients"].match, rows["gradients"]
     assert rows["gradients"].measured == rows["gradients"].analytic
+
+
+def test_serve_capacity_of_short_sequences_is_not_refused_for_an_image_they_do_not_plan():
+    # --serve plans sequences of --context tokens, whatever they encode: its decode step must not ask the default
+    # image's 256 tokens to fit a 99-token cache (the decode check above)
+    r = runner.invoke(app, ["memory", "-p", "qwen2.5-vl-7b", "--serve", "--gpu", "h100-sxm", "--context", "100",
+                            "--json"])
+    assert r.exit_code == 0, r.output
