@@ -207,7 +207,7 @@ def test_check_builds_every_tower_and_the_connectors(spec):
     assert forward["projector"].flop_counter == 2 * 784 * 768 * 768  # FlopCounterMode's addmm over 28 x 28 patches
     assert report.total(report.params, "model") == GPT2 + VIT_B16_NO_POOLER + PROJECTOR
     with pytest.raises(TfcalcError, match="towers did their work at the prefill"):
-        check(spec, workload=Workload(phase="decode", seq_len=1, context=10))
+        check(spec, workload=Workload(phase="decode", seq_len=1, context=1000))  # holds the image's 196 tokens
 
 
 def test_a_prompt_of_text_alone_runs_no_tower(spec, toml):

@@ -206,6 +206,8 @@ def _integer(text: str) -> int:
     """Sizes are exact integers: '1_000_000' and '1000000' are fine, '1e6' and '12.5' are not."""
     if len(text) > MAX_DIGITS + 10:  # before int(): Python refuses 4,300 digits, and long ones take time
         raise typer.BadParameter(f"{text[:12]}... ({len(text)} characters): sizes have at most {MAX_DIGITS} digits")
+    if not text.isascii():  # int() reads other scripts' digits ('१२' as 12); --image-size and the spec files do not
+        raise typer.BadParameter(f"{text!r} is not an integer (ASCII digits: 12)")
     try:
         return int(text)
     except ValueError:
@@ -1239,7 +1241,9 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
                     "--attention": attention, "--dp": dp, "--zero": zero, "--sp": sp, "--pp": pp, "--ep": ep,
                     "--cp": cp, "--plot": plot, "--phase": phase, "--src-len": src_len, "--tgt-len": tgt_len,
                     "--batch-size": overrides.get("batch_size"), "--framework": framework,
-                    "--lora-rank": lora_rank, "--lora-targets": lora_targets, "--dora": dora or None}
+                    "--lora-rank": lora_rank, "--lora-targets": lora_targets, "--dora": dora or None,
+                    # the towers' weights are served; the prompts' images and audio are not planned (were dropped)
+                    "--images": images, "--image-size": image_size, "--audio-seconds": audio_seconds}
         if _quant(quant, hf_config, dtype) is not None:  # vLLM's arithmetic here is for 16-bit or --dtype weights
             raise TfcalcError(f"{'--quant ' + quant if quant else '--hf-config'}: quantized weights (a format with "
                               "scales, or the config's quantization_config) are not planned with --serve yet; "
@@ -1276,11 +1280,14 @@ def memory_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec:
     points = iter(points)
     first = next(points, None)
     points = itertools.chain([first] if first is not None else [], points)
-    if phase is None and not inference_flags and first is not None and not first.spec.causal:
-        training = True  # an encoder (BERT) has no KV cache to plan: its memory question is a train step's
-    if phase is None and inference_flags and first is not None and not first.spec.causal:
+    # an encoder (BERT), or a dual encoder whose causal text tower has no LM head (CLIP), has no KV cache to plan
+    cacheless = first is not None and (not first.spec.causal or bool(first.spec.towers) and not first.spec.lm_head)
+    if phase is None and not inference_flags and cacheless:
+        training = True  # its memory question is a train step's
+    if phase is None and inference_flags and cacheless:
         typed = inference_flags[0]  # the flag that made it an inference plan, not the phase it implied
-        raise TfcalcError(f"{typed}: an inference flag; {first.spec.label} is a bidirectional encoder with no KV "
+        what = "a bidirectional encoder" if not first.spec.causal else "an encoder of texts and images"
+        raise TfcalcError(f"{typed}: an inference flag; {first.spec.label} is {what} with no KV "
                           "cache to plan (its memory is a train step's: drop the flag)")
     if training and inference_flags:
         what = training_flags[0] if training_flags else "--phase train"
@@ -1468,17 +1475,27 @@ def infer_cmd(overrides: dict, axes: dict, preset: SweepPresetOpt = None, spec: 
         ctx, src, gpus = p.values.get("context", context), p.values.get("src_len", src_len), p.values.get("tp", tp)
         s = p.spec
         _tokens_only(s, "infer", towers=True)
+        if not s.causal or (s.towers and not s.lm_head):  # infer has no --phase: its refusal names none
+            what = "is a bidirectional encoder" if not s.causal else "encodes texts and images (no LM head)"
+            raise TfcalcError(f"tfcalc infer: {s.label} {what}: it has no KV cache to prefill or decode; infer "
+                              "plans a decoder's prefill and decode (count counts its forward, memory its train step)")
         if ctx is not None and ("seq_len" in overrides or "seq_len" in axes) and not s.is_encoder_decoder:
             raise TfcalcError("--seq-len and --context: infer's prompt is --context tokens (--seq-len sets it only "
                               "when --context is not given); give one")
         prompt = _default_prompt(s) if ctx is None else ctx
         given = {}
-        if media:  # checked and read as count reads them
-            w = workload_for(s, "prefill", None, None, None, prompt, image_size, images, audio_seconds)
-            given = {"images": w.images, "image_size": w.image_size, "mel_frames": w.mel_frames}
-        return inference_plan(s, card, prompt, s.batch_size, dtype, kv_dtype,
-                              (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q,
-                              **given)
+        try:
+            if media:  # checked and read as count reads them
+                w = workload_for(s, "prefill", None, None, None, prompt, image_size, images, audio_seconds)
+                given = {"images": w.images, "image_size": w.image_size, "mel_frames": w.mel_frames}
+            return inference_plan(s, card, prompt, s.batch_size, dtype, kv_dtype,
+                                  (src or s.seq_len) if s.is_encoder_decoder else src, 1 if gpus is None else gpus, q,
+                                  **given)
+        except TfcalcError as e:  # the images' tokens past the prompt: the prompt is --context as typed
+            said = f"seq_len={prompt}: the "
+            if ctx is None or not s.towers or not str(e).startswith(said):
+                raise
+            raise TfcalcError(f"--context {ctx}: the " + str(e)[len(said):].replace("seq_len", "context")) from None
 
     fmt = Format.json if as_json else fmt
     pairs = ((p, plan(p)) for p in points)  # a tidy sweep without a figure: one point at a time, none kept

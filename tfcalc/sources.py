@@ -36,6 +36,10 @@ def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
             merged.setdefault(name, {}).update(sizes)
         overrides = {**overrides, "kinds": merged}
     changed = {k: v for k, v in overrides.items() if k != "name" and getattr(spec, k) != v}
+    if spec.towers and "d_model" in changed:  # the connectors (a merger) were sized to the language model's width
+        raise TfcalcError(f"--d-model {changed['d_model']}: {spec.label}'s towers and connectors are sized to its "
+                          f"text tower's d_model={spec.d_model} (its config's); --tower text counts the text tower "
+                          "alone at another width")
     kept = {k: v for k, v in overrides.items() if k in changed or k == "name" or k not in spec.model_fields_set}
     if not kept:
         return spec
@@ -180,7 +184,11 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
     if frames is not None and spec.is_encoder_decoder:
         fields["mel_frames"], fields["src_len"] = frames, frames // 2
     elif frames is not None and spec.inputs == "audio":  # an audio encoder alone: its tokens are half the frames
-        fields["mel_frames"], fields["seq_len"] = frames, spec.sizes("audio_conv").tokens(frames)  # (its front end's)
+        tokens = spec.sizes("audio_conv").tokens(frames)  # (its front end's)
+        if seq_len is not None and seq_len != tokens:  # (--seq-len was dropped for the clip's tokens)
+            raise TfcalcError(f"--seq-len {seq_len}: {spec.label} reads audio, its tokens its front end's "
+                              f"({frames:,} mel frames, {tokens:,} tokens); give --audio-seconds instead")
+        fields["mel_frames"], fields["seq_len"] = frames, tokens
     elif frames is not None:  # a model with an audio tower: each sequence's audio
         fields["mel_frames"] = frames
     return Workload.model_validate(fields)
@@ -200,6 +208,9 @@ def _tower_images(spec: ModelSpec, image_size: str | None, images: int | None) -
     if images is not None and images < 0:
         raise TfcalcError(f"--images {images}: expected 0 or more images (0: a prompt of text alone)")
     out: dict[str, Any] = {"images": 1 if images is None else images}
+    if image_size is not None and images == 0:  # no image to size: the flag would go unused
+        raise TfcalcError(f"--image-size {image_size}: --images 0 is a prompt of text alone, with no image to size "
+                          "(drop one)")
     if image_size is not None:
         H, W = parse_image_size(image_size)
         sizes = vision.sizes("patch_embedding")
@@ -217,7 +228,7 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
     """A model of audio's mel frames: `audio_seconds` (--audio-seconds, as typed) x 100, an even number whose half
     fits the encoder's positions; default the model's window. None for a model of tokens or images (which refuse the
     flag); --src-len is refused for a model of audio (its encoder's tokens are the audio's)."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import Context, Decimal, InvalidOperation
 
     if "audio" in spec.towers:
         return _tower_audio(spec, audio_seconds)
@@ -238,27 +249,42 @@ def _mel_frames(spec: ModelSpec, audio_seconds: str | None, src_len: int | None)
             raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
         return _clip_frames(spec, sizes, seconds, audio_seconds)
     try:
-        seconds = Decimal(audio_seconds.strip().replace("_", ""))
+        seconds = Decimal(audio_seconds.strip().replace("_", "")) if audio_seconds.isascii() else None  # (not "१०")
     except InvalidOperation:
         seconds = None
     if seconds is None or not seconds.is_finite() or seconds <= 0:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: expected a positive number of seconds (30, 10.5)")
-    frames = seconds * 100  # Whisper's feature extractor: a frame every 10 ms (hop 160 at 16 kHz)
-    if frames != frames.to_integral_value() or frames % 2:
-        raise TfcalcError(f"--audio-seconds {audio_seconds}: {frames.normalize():f} mel frames (100 a second); "
+    frames = _hundredths(seconds, audio_seconds)  # Whisper's feature extractor: a frame every 10 ms (hop 160 at 16 kHz)
+    if frames != frames.to_integral_value() or int(frames) % 2:
+        exact = Context(prec=2 * MAX_DIGITS + 10)  # (normalize rounds to the context's digits)
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: {frames.normalize(exact):f} mel frames (100 a second); "
                           "conv2's stride 2 takes an even number of whole frames (hundredths of a second: 10.5, "
                           "10.52)")
-    if frames // 2 > sizes.positions:
+    if int(frames) // 2 > sizes.positions:
         raise TfcalcError(f"--audio-seconds {audio_seconds}: {int(frames):,} mel frames are {int(frames) // 2:,} "
                           f"encoder tokens, more than {spec.label}'s {sizes.positions:,} positions (at most "
                           f"{sizes.window / 100:g} s)")
     return int(frames)
 
 
+def _hundredths(seconds, audio_seconds: str):
+    """seconds x 100 (mel frames) exactly: Decimal's default context keeps 28 digits, rounding 30.000...01 s (a part
+    of a frame past one window) down to 3,000 frames, and its % refuses a value past them."""
+    from decimal import localcontext
+
+    if seconds.adjusted() >= MAX_DIGITS - 3 or len(seconds.as_tuple().digits) > MAX_DIGITS:
+        raise TfcalcError(f"--audio-seconds {audio_seconds}: sizes have at most {MAX_DIGITS} digits")
+    with localcontext() as ctx:
+        ctx.prec = 2 * MAX_DIGITS + 10
+        return seconds * 100
+
+
 def _seconds(audio_seconds: str):
     """--audio-seconds as typed: a positive Decimal, else None."""
     from decimal import Decimal, InvalidOperation
 
+    if not audio_seconds.isascii():  # Decimal reads other scripts' digits ("१०" as 10)
+        return None
     try:
         seconds = Decimal(audio_seconds.strip().replace("_", ""))
     except InvalidOperation:
@@ -283,7 +309,7 @@ def _tower_audio(spec: ModelSpec, audio_seconds: str | None) -> int:
     sizes = spec.towers["audio"].sizes("audio_conv")
     if sizes.frame_length is not None:  # a feature extractor of its own (Gemma 4's): from the clip's samples
         return _clip_frames(spec, sizes, seconds, audio_seconds)
-    return math.ceil(seconds * 100)  # a frame every 10 ms (hop 160 at 16 kHz)
+    return math.ceil(_hundredths(seconds, audio_seconds))  # a frame every 10 ms (hop 160 at 16 kHz)
 
 
 def _clip_frames(spec: ModelSpec, sizes, seconds, typed: str) -> int:

@@ -43,7 +43,7 @@ SUFFIXES = {"": 1, "k": 2**10, "m": 2**20}
 WORKLOAD_AXES = ("context", "src_len", "tgt_len", "tp")  # flags that are no spec field (tp: infer's GPUs)
 # a grid's order: the spec's sizes first, then the workload, the last varying fastest
 _LAST = ("tp", "batch_size", "seq_len", "tgt_len", "context", "src_len")
-_VALUE = re.compile(r"(\d[\d_]*)([kKmM]?)")
+_VALUE = re.compile(r"(\d[\d_]*)([kKmM]?)", re.ASCII)  # ASCII digits: int() would read "१२" as 12
 
 
 def flag(field: str) -> str:

@@ -140,7 +140,7 @@ def validate(spec: ModelSpec, workload: Workload) -> None:
         problems.append(f"images={workload.images}: only a model with a vision tower takes images beside its tokens"
                         + (" (a model of images alone runs batch_size images)" if spec.inputs == "images" else
                            f" ({spec.label} has none)"))
-    if spec.inputs == "audio" or (workload.mel_frames is not None and "audio" not in spec.towers):
+    if spec.inputs == "audio" or (workload.mel_frames is not None and not spec.towers):  # (towers': said there)
         problems += _audio_problems(spec, workload)
     if not spec.towers and (spec.inputs == "images" or workload.image_size is not None):
         problems += _image_problems(spec, workload)
@@ -223,13 +223,18 @@ def _tower_problems(spec: ModelSpec, workload: Workload) -> list[str]:
     a model whose text tower has no LM head (a dual encoder: CLIP) has no cache."""
     from . import towers
 
-    if workload.phase != "train" and not spec.lm_head:
+    if workload.phase != "train" and not spec.lm_head and spec.causal:  # (a bidirectional one: said by validate)
         return [f"phase={workload.phase!r}: {spec.label} encodes texts and images (its text tower has no LM head); it "
                 "has no KV cache to prefill or decode (use phase='train' for a forward)"]
     problems = []
     if "vision" not in spec.towers:
-        if workload.image_size is not None or workload.images is not None:
+        if workload.image_size is not None:
             problems.append(f"image_size={_shown(workload.image_size)}: {spec.label} has no vision tower")
+        elif workload.images is not None:  # images alone: named, not an image size it does not have
+            problems.append(f"images={workload.images}: {spec.label} has no vision tower")
+    elif workload.images == 0 and workload.image_size is not None:  # no image to size: the field would go unused
+        problems.append(f"image_size={_shown(workload.image_size)}: images=0 is a prompt of text alone, with no image "
+                        "to size")
     else:
         vision = spec.towers["vision"]
         workload = towers.with_images(spec, workload)

@@ -209,13 +209,20 @@ def connector_problems(spec: ModelSpec, workload: Workload) -> list[str]:
                             f"{c.pool * c.merge}-token groups ({spec.label}'s {c.name})")
         elif c.into_text:
             into += units(spec, c.source, workload) * (tokens // (c.pool * c.merge))
+    images = [spec.towers[c.source].inputs == "images" for c in spec.connectors if c.into_text]
+    what = " and ".join(dict.fromkeys("images'" if i else "audio's" for i in images))
+    nouns = " and ".join(dict.fromkeys("image" if i else "audio" for i in images))
     if into and workload.phase != "decode" and into > workload.tokens:
-        images = [spec.towers[c.source].inputs == "images" for c in spec.connectors if c.into_text]
-        what = " and ".join(dict.fromkeys("images'" if i else "audio's" for i in images))
-        nouns = " and ".join(dict.fromkeys("image" if i else "audio" for i in images))
         problems.append(f"seq_len={workload.seq_len}: the {what} {into:,} tokens in the prompt do not fit "
                         f"batch_size x seq_len = {workload.tokens:,} tokens of {spec.label}'s language model "
                         f"(seq_len counts the text and the {nouns} tokens)")
+    elif into and workload.phase == "decode" and into > workload.batch_size * workload.context:
+        # decode: the images were encoded at the prefill, their tokens are among the cached ones
+        alone = "images=0: a prompt of text alone" if any(images) else "tower text: the language model alone"
+        problems.append(f"context={workload.context}: the {what} {into:,} tokens, prefilled into the KV cache, do "
+                        f"not fit batch_size x context = {workload.batch_size * workload.context:,} cached tokens of "
+                        f"{spec.label}'s language model (context counts the text and the {nouns} tokens; "
+                        f"{alone})")
     return problems
 
 

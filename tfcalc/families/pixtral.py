@@ -92,17 +92,34 @@ MISTRAL3_VISION = {"model_type": "pixtral", "intermediate_size": 4096, "hidden_s
                    "hidden_act": "gelu"}
 
 
+def feature_layer(cfg: dict, towers: dict[str, dict]) -> None:
+    """vision_feature_layer: one index into the tower's hidden states (the embeddings' output and each block's: n_layers
+    + 1 of them), as get_image_features indexes them; another is refused (transformers' forward fails: IndexError)."""
+    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
+              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    states = towers["vision"]["n_layers"] + 1
+    refuse_if(cfg, "vision_feature_layer", not -states <= cfg["vision_feature_layer"] < states,
+              f"the vision tower has {states} hidden states (its embeddings' and {states - 1} blocks'), indexed "
+              f"{-states} to {states - 1}")
+
+
 def mistral3_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list[dict]:
     """Mistral3MultiModalProjector over each image's patches of one layer of the Pixtral tower (vision_feature_layer;
     every block of the tower still runs): norm, the patch merger's spatial_merge_size^2 blocks and merging_layer,
     linear_1, the activation, linear_2. The tower's images come in m x m blocks of patches (its merge_size)."""
-    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
-              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    feature_layer(cfg, towers)
     m = cfg["spatial_merge_size"]
     vision, D_t = towers["vision"], towers["text"]["d_model"]
     patches = vision["kinds"]["patch_embedding"]
     patches["merge_size"] = m  # the merger unfolds m x m blocks of each image's grid: images are multiples of p * m
     p = patches["patch_size"]
+    # the tower's own image: the largest of whole m x m blocks up to image_size (not of whole patches: 48 pixels of
+    # 14-pixel patches merged 2 x 2 is 28 x 28, 4 patches, not 42 x 42)
+    size = patches["image_size"]
+    H, W = (size, size) if isinstance(size, int) else size
+    refuse_if(cfg, "spatial_merge_size", min(H, W) < p * m, f"the vision tower's image_size={H}x{W} holds no {m}x{m} "
+                                                            f"block of {p}-pixel patches")
+    vision["seq_len"] = (H // (p * m) * m) * (W // (p * m) * m)
     notes.append(f"mistral3: each image's patches normed, merged {m}x{m} by the patch merger into tokens of the prompt "
                  f"((H/{p * m}) x (W/{p * m}) per image; the [IMG_BREAK] and [IMG_END] tokens the processor adds are "
                  "text tokens of seq_len)")
@@ -170,6 +187,10 @@ def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
     return over_clip(cfg, towers, notes)
 
 
-# LLaVA's vision tower: CLIP's (LLaVA 1.5) or Pixtral's (Pixtral 12B), by vision_config.model_type
-LLAVA_PIXTRAL = dict(towers={"vision": (("clip_vision_model", "pixtral"), "vision_config")},
+# LLaVA's vision tower: CLIP's (LLaVA 1.5) or Pixtral's (Pixtral 12B), by vision_config.model_type; LlavaConfig's
+# when vision_config is absent or null (its SubConfigSpec init_kwargs: CLIP ViT-L/14 at 336, not CLIPVisionConfig's
+# own ViT-B/32 at 224; vocab_size, which the tower does not read, left out)
+LLAVA_VISION = {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14,
+                "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16, "projection_dim": 768}
+LLAVA_PIXTRAL = dict(towers={"vision": (("clip_vision_model", "pixtral"), "vision_config", LLAVA_VISION)},
                      connectors=llava_projector)

@@ -32,7 +32,7 @@ from .idefics3 import idefics3_whole
 from .lfm2_vl import LFM2_VL_WHOLE
 from .minicpmv import minicpmv_whole
 from .llama import LLAMA_COMPONENTS, QWEN2_TYPES, qwen2, qwen3_moe
-from .pixtral import LLAVA_PIXTRAL, MISTRAL3_WHOLE
+from .pixtral import LLAVA_PIXTRAL, LLAVA_VISION, MISTRAL3_WHOLE
 from .qwen3_vl import QWEN3_VL_MOE_WHOLE, QWEN3_VL_WHOLE
 from .registry import Family, Wrapper, register
 from .voxtral import VOXTRAL_WHOLE
@@ -127,6 +127,11 @@ def qwen_vl_tokens(cfg: dict, towers: dict[str, dict], notes: list[str]) -> list
     model's width, one token per spatial_merge_size^2 patches; nothing of its own joins them (no parameters)."""
     m = towers["vision"]["kinds"]["patch_merger"].get("merge", None) or towers["vision"]["kinds"]["patch_embedding"][
         "merge_size"]
+    d_out, D = towers["vision"]["kinds"]["patch_merger"].get("d_out"), towers["text"]["d_model"]
+    if d_out is not None and d_out != D:  # said, as Qwen3-VL's (qwen3_vl.qwen3_vl_tokens) says it
+        notes.append(f"the vision tower's merger puts out {d_out} channels, not the language model's hidden_size={D}: "
+                     "transformers builds this model, but its forward cannot put the merger's tokens in the prompt "
+                     "(counted as if it could)")
     notes.append(f"{cfg.get('model_type', 'qwen2_vl')}: each image's patches merged {m}x{m} by the vision tower's "
                  "merger into tokens of the prompt")
     return [dict(name="image_tokens", source="vision", merge=m * m)]
@@ -163,9 +168,9 @@ def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
     text width), the activation, linear_2 (text width -> text width), biases by multimodal_projector_bias. Its
     tokens take the image's places in the prompt."""
     from ..hf import activation_of, refuse_if
+    from .pixtral import feature_layer
 
-    refuse_if(cfg, "vision_feature_layer", not isinstance(cfg["vision_feature_layer"], int),
-              "tfcalc reads one layer's features (a list concatenates several: not modelled)")
+    feature_layer(cfg, towers)
     strategy = cfg["vision_feature_select_strategy"]
     refuse_if(cfg, "vision_feature_select_strategy", strategy not in ("default", "full"), "expected default or full")
     D_v, D_t = towers["vision"]["d_model"], towers["text"]["d_model"]
@@ -174,7 +179,7 @@ def llava_projector(cfg: dict, towers: dict[str, dict], notes: list[str]) -> lis
                  activation=activation_of(cfg, "projector_hidden_act"))]
 
 
-LLAVA_WHOLE = dict(towers={"vision": ("clip_vision_model", "vision_config")}, connectors=llava_projector,
+LLAVA_WHOLE = dict(towers={"vision": ("clip_vision_model", "vision_config", LLAVA_VISION)}, connectors=llava_projector,
                    prefixes={"text": r"model\.language_model\.", "vision": r"model\.vision_tower\.(?:vision_model\.)?"},
                    components=[(r"lm_head", "head"),
                                (r"model\.multi_modal_projector\.linear_1", "multi_modal_projector/linear_1"),

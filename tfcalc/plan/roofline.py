@@ -196,7 +196,14 @@ def inference_plan(spec: ModelSpec, gpu: Gpu, context: int, batch_size: int = 1,
     elif not isinstance(gpu, Gpu):
         raise TfcalcError(f"gpu={gpu!r}: expected a tfcalc.plan.gpus.Gpu or a GPU's name ('h100', 'mi300x')")
     media = {"images": images, "image_size": image_size, "mel_frames": mel_frames}
-    prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len, **media)
+    from pydantic import ValidationError
+
+    try:  # the media arguments are checked by Workload's fields: a TfcalcError naming each, as the others are
+        prefill = Workload(phase="prefill", batch_size=batch_size, seq_len=context, src_len=src_len, **media)
+    except ValidationError as e:
+        from ..errors import validation_lines
+
+        raise TfcalcError("\n".join(validation_lines(e))) from None
     decode = Workload(phase="decode", batch_size=batch_size, seq_len=1, context=context, src_len=src_len, **media)
     kv = kv_dtype or ("bf16" if dtype in QUANTIZED else dtype)
     quant = check_quant(dtype, quant) if dtype in DTYPE_BYTES else quant

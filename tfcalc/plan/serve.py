@@ -249,7 +249,10 @@ def serving_capacity(spec: ModelSpec, gpu: Gpu | str, context: int | None = None
     context = context or spec.seq_len
     # one token decoded against context - 1 cached: the cache then holds `context` tokens (inference_memory's
     # figures: weights and KV bytes per token through their own functions)
-    m = inference_memory(spec, Workload(phase="decode", seq_len=1, context=context - 1), dtype, kv_dtype, tp=tp)
+    # (the cache's tokens whatever they encode: no image asked to fit them, the weights and KV per token the same)
+    text = {"images": 0} if "vision" in spec.towers else {}
+    m = inference_memory(spec, Workload(phase="decode", seq_len=1, context=context - 1, **text), dtype, kv_dtype,
+                         tp=tp)
     card = gpu.memory_bytes
     budget = card * utilization.numerator // utilization.denominator
     act = activation_peak(spec, batched, seqs, dtype, tp) if activation_bytes is None else activation_bytes

@@ -130,9 +130,11 @@ def check_memory(spec: ModelSpec, workload: Workload, precision: str = "bf16-mix
     rounded = "; on CUDA each storage rounded up to 512 B" if n else ""
     states = {"adamw": 3, "sgd": 1}.get(optimizer, 0)
     grad_note, grad_known = rounded.lstrip("; "), 0
-    if spec.inputs == "images" and plan.workload.batch_size == 1 and spec.sizes("patch_embedding").class_token:
+    sizes = spec.sizes("patch_embedding") if spec.inputs == "images" else None
+    if sizes is not None and plan.workload.batch_size * sizes.tiles == 1 and sizes.class_token:
         # expand's backward at batch 1 hands the class token the gradient of its slice of the embeddings as it is: a
-        # view [1, 1, D] of the [1, N, D] gradient, whose storage its .grad then keeps
+        # view [1, 1, D] of the [1, N, D] gradient, whose storage its .grad then keeps (a tower of tiles, Mllama's,
+        # expands it over every tile: its backward sums them into a tensor of its own)
         elements = (plan.workload.seq_len - 1) * spec.d_model
         grad_known = elements * (plan.gradients // max(plan.stage.params, 1) or 2)
         grad_note = (f"batch 1: the class token's gradient is a view of the embeddings' [1, {plan.workload.seq_len}, "
