@@ -186,8 +186,9 @@ def workload_for(spec: ModelSpec, phase: str | None = None, context: int | None 
     elif frames is not None and spec.inputs == "audio":  # an audio encoder alone: its tokens are half the frames
         tokens = spec.sizes("audio_conv").tokens(frames)  # (its front end's)
         if seq_len is not None and seq_len != tokens:  # (--seq-len was dropped for the clip's tokens)
+            hint = f" ({seq_len / 50:g} s is {seq_len:,} tokens)" if tokens == frames // 2 else ""  # 2 frames a token
             raise TfcalcError(f"--seq-len {seq_len}: {spec.label} reads audio, its tokens its front end's "
-                              f"({frames:,} mel frames, {tokens:,} tokens); give --audio-seconds instead")
+                              f"({frames:,} mel frames, {tokens:,} tokens); give --audio-seconds instead{hint}")
         fields["mel_frames"], fields["seq_len"] = frames, tokens
     elif frames is not None:  # a model with an audio tower: each sequence's audio
         fields["mel_frames"] = frames
