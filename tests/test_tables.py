@@ -318,7 +318,7 @@ def test_readable_forms_of_any_integer():
 def test_profile_memory_reads_in_binary_units():
     fake = SimpleNamespace(
         time=SimpleNamespace(median=0.5, min=0.4, max=0.6, repeats=3), gemm=SimpleNamespace(shape=(8, 8, 8),
-        flops_per_s=1e12), gemm_largest=SimpleNamespace(shape=(8, 8, 8), flops_per_s=1e12), tokens_per_s=100.0,
+        flops_per_s=1e12), gemm_largest=SimpleNamespace(shape=(8, 8, 8), flops_per_s=1e12), tokens_per_s=100.0, images_per_s=None,
         flops=10**12, achieved_flops_per_s=2e12, flops_causal=None, mfu=0.5, predicted_time_s=0.25,
         predicted_by_shape_s=0.3, datasheet_peak=None, device="cuda", spec=SimpleNamespace(seq_len=8))
     for device in ("cpu", "cuda"):
