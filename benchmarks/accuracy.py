@@ -171,6 +171,12 @@ def published_configs(quick: bool = False) -> dict[str, tuple[dict, str]]:
         "tests/data/wrapper_configs.json ['mistral-small-3-24b'] + tests/test_pixtral_whole.py MISTRAL_SMALL_31_VISION")
     whole = ROOT / "tests" / "data" / "gemma4_31b_config.json"  # gemma4-31b is whole: its published config whole
     put("gemma4-31b", json.loads(whole.read_text()), "tests/data/gemma4_31b_config.json")
+    # gemma4-e2b is whole: its published text_config with its vision_config and audio_config (test_gemma4_audio.py)
+    e2b_towers = json.loads((ROOT / "tests" / "data" / "gemma4_e2b_towers.json").read_text())
+    e2b_text = json.loads((ROOT / "tests" / "data" / "gemma4_text_configs.json").read_text())["gemma-4-e2b"]
+    put("gemma4-e2b", {"model_type": "gemma4", "text_config": e2b_text["text_config"], "tie_word_embeddings": True,
+                       "vision_config": e2b_towers["vision_config"], "audio_config": e2b_towers["audio_config"]},
+        "tests/data/gemma4_text_configs.json ['gemma-4-e2b'] + tests/data/gemma4_e2b_towers.json")
     gemma4 = _tests_module("test_hf_gemma4")
     for key, preset in gemma4.PRESETS.items():
         put(preset, gemma4.PUBLISHED[key], f"tests/data/gemma4_text_configs.json [{key!r}]")
