@@ -16,6 +16,7 @@ from hf_oracle import hf_config, meta_params, write
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 from transformers.models.gemma4.processing_gemma4 import Gemma4Processor
+from test_gemma4_whole import TEXT, VISION  # the whole-read test's tiny text and vision towers
 from typer.testing import CliRunner
 
 from tfcalc import Workload, count, load_preset
@@ -27,12 +28,6 @@ from tfcalc.verify import check, hf_model
 runner = CliRunner()
 DATA = Path(__file__).parent / "data"
 
-TEXT = {"model_type": "gemma4_text", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-        "global_head_dim": 16, "hidden_size_per_layer_input": 0, "sliding_window": 8, "pad_token_id": 0}
-VISION = {"model_type": "gemma4_vision", "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12, "patch_size": 4,
-          "pooling_kernel_size": 2, "position_embedding_size": 64}
 # channels [8, 4]: input_proj reads 8 // 4 = 2 frequency rows, so 8 mel bins (ceil(ceil(8 / 2) / 2) = 2)
 AUDIO = {"model_type": "gemma4_audio", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
          "subsampling_conv_channels": [8, 4], "conv_kernel_size": 5, "attention_chunk_size": 4,
