@@ -244,6 +244,11 @@ class Record:
         input carries a gradient (an adapter runs before it). Without one, autograd records nothing."""
         return self._missing("saved_frozen")
 
+    def idle(self):
+        """This record over no rows: its parameters, none of its work (a kind built but not run, MiniCPM-OCR's
+        window merger in "4x" mode)."""
+        return self._missing("idle")
+
     def adapt(self, lora: Lora):
         """This record with `lora` on the linears it targets: itself when it has none (no linear module of its own:
         an attention core, a norm, a table, a convolution, a scan)."""
@@ -416,6 +421,9 @@ class Matmul(Record):
             return self.linears
         return (Linear("", self.n),) if self.weights and self.role != "head" else ()
 
+    def idle(self) -> Matmul:
+        return replace(self, m=0)
+
     def adapt(self, lora: Lora) -> Matmul:
         if not any(lora.targets is None or lin.target in lora.targets for lin in self.modules()):
             return self
@@ -586,6 +594,9 @@ class AttentionCore(Record):
     sublayer: str = ""
 
     role = "core"  # the scores and value mixing (recomputed under selective recomputation)
+
+    def idle(self) -> AttentionCore:
+        return replace(self, b=0)
 
     @property  # type: ignore[misc]
     def windowed(self) -> bool:
@@ -842,6 +853,9 @@ class Norm(_NoMatmul, Record):
 
     role = "norm"
 
+    def idle(self) -> Norm:
+        return replace(self, rows=0)
+
     def params(self) -> int:
         return self.sets * self.width * (2 if self.kind == "layernorm" else 1)
 
@@ -888,6 +902,9 @@ class Elementwise(_NoMatmul, Record):
     multiplies: int = 0
     kept: int = 0  # elements a gate multiply keeps for backward (its operands), split over tensor-parallel GPUs
     sublayer: str = ""
+
+    def idle(self) -> Elementwise:
+        return replace(self, elements=0)
 
     @property
     def role(self) -> str:

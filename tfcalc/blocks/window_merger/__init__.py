@@ -21,7 +21,7 @@ from dataclasses import replace
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...arch.builders import ACTIVATION_FLOPS, RESIDUAL_ADD, BlockKind, Ctx, register
-from ...arch.ops import AttentionCore, Elementwise, Matmul, Norm, Op
+from ...arch.ops import Elementwise, Matmul, Norm, Op
 from ...sizes import Count, Size
 from ..attention import mixer
 
@@ -60,17 +60,6 @@ class WindowMergerSizes(BaseModel):
         return out
 
 
-def _idle(op: Op) -> Op:
-    """The record over no rows: its parameters, no work."""
-    if isinstance(op, Matmul):
-        return replace(op, m=0)
-    if isinstance(op, Norm):
-        return replace(op, rows=0)
-    if isinstance(op, AttentionCore):
-        return replace(op, b=0)
-    return replace(op, elements=0)
-
-
 def window_merger(ctx: Ctx) -> list[Op]:
     spec, D = ctx.spec, ctx.spec.d_model
     sizes = spec.sizes("window_merger")
@@ -82,7 +71,7 @@ def window_merger(ctx: Ctx) -> list[Op]:
     ops: list[Op] = [Norm(ctx.name("window_merger/norm"), "layernorm", T, D)]  # layer_norm1 over every patch [T, D]
     for op in mixer(ctx):  # q, k, v and out over every patch; the core in each window: w^2 x w^2 pairs
         op = replace(op, component=op.component.replace(attention, here, 1))
-        ops.append(replace(op, b=ctx.b * (ctx.s // w2), s_q=w2, s_k=w2) if isinstance(op, AttentionCore) else op)
+        ops.append(replace(op, b=ctx.b * (ctx.s // w2), s_q=w2, s_k=w2) if op.role == "core" else op)
     ops += [
         Elementwise(ctx.name("window_merger/residual"), "residual", T * D, RESIDUAL_ADD),
         Norm(ctx.name("window_merger/pre_norm"), "layernorm", rows, w2 * D),  # each window's patches [T / w^2, w^2 D]
@@ -93,7 +82,7 @@ def window_merger(ctx: Ctx) -> list[Op]:
         # the window's mean (w^2 patches summed and scaled) added: no matmul
         Elementwise(ctx.name("window_merger/mean"), "residual", T * D + rows * D, RESIDUAL_ADD),
     ]
-    return ops if sizes.runs else [_idle(op) for op in ops]
+    return ops if sizes.runs else [op.idle() for op in ops]  # built, not run: parameters, no work
 
 
 register(BlockKind("window_merger", window_merger, family="attention", inserted=True, sizes=WindowMergerSizes,
